@@ -1,0 +1,293 @@
+"""Finding the installed providers: entry points → pluggy → provider specs → probes.
+
+pluggy's own ``load_setuptools_entrypoints`` stops at the first plugin that fails to
+import; :class:`ProviderCatalog` loads each entry point on its own instead, so one broken
+plugin is recorded (with its package and error) and the others keep working.
+
+The environment variable ``ONYXRT_PLUGINS`` restricts what loads: a comma-separated list
+of entry-point names or distribution names. Items starting with ``-``
+exclude; a list of only exclusions loads everything else. Example:
+``ONYXRT_PLUGINS=cpu,onyxrt-simnpu`` or ``ONYXRT_PLUGINS=-cuda``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import os
+import threading
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pluggy
+
+from .devices import Device
+from .errors import DuplicateProviderError, ProtocolVersionError
+from .hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME, ProviderHooks, ProviderSpec
+from .protocol import SUPPORTED_PROTOCOL_VERSIONS, ExecutionProvider, ProbeResult
+
+__all__ = [
+    "PLUGINS_ENV_VAR",
+    "PluginFailure",
+    "ProviderStatus",
+    "ProviderCatalog",
+    "catalog",
+    "reset_catalog",
+]
+
+PLUGINS_ENV_VAR = "ONYXRT_PLUGINS"
+CPU_PROVIDER = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that could not be loaded, and why."""
+
+    entry_point: str
+    package: str
+    error: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return f"plugin {self.entry_point!r} from {self.package or 'unknown package'}: {self.error}"
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    """Everything known about one installed provider.
+
+    States (USER_PAINS #2): *installed* (a plugin declares it), *usable* (its class
+    imports and its probe passed). Whether a session *requested* or *used* it is on the
+    session's placement report.
+    """
+
+    name: str
+    package: str
+    package_version: str
+    protocol_version: int
+    priority: int
+    usable: bool
+    reason: str = ""
+    fix: str = ""
+    details: dict[str, str] = field(default_factory=dict)
+    device_types: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        """``"usable"`` or ``"installed, not usable"``."""
+        return "usable" if self.usable else "installed, not usable"
+
+
+def _env_filter() -> tuple[set[str], set[str]]:
+    raw = os.environ.get(PLUGINS_ENV_VAR, "")
+    allow: set[str] = set()
+    deny: set[str] = set()
+    for item in (s.strip() for s in raw.split(",")):
+        if not item:
+            continue
+        if item.startswith("-"):
+            deny.add(item[1:].strip().lower())
+        else:
+            allow.add(item.lower())
+    return allow, deny
+
+
+def _selected(keys: Iterable[str], allow: set[str], deny: set[str]) -> bool:
+    lowered = {k.lower() for k in keys if k}
+    if lowered & deny:
+        return False
+    return not allow or bool(lowered & allow)
+
+
+class ProviderCatalog:
+    """The providers installed in this environment (one per process, see :func:`catalog`).
+
+    Tests build their own catalog (``ProviderCatalog(entry_points=[...])``) so each gets
+    a fresh plugin manager.
+    """
+
+    def __init__(self, entry_points: Sequence[importlib.metadata.EntryPoint] | None = None) -> None:
+        self._entry_points = entry_points
+        self._lock = threading.RLock()
+        self._loaded = False
+        self.plugin_manager = pluggy.PluginManager(PROJECT_NAME)
+        self.plugin_manager.add_hookspecs(ProviderHooks)
+        self.specs: dict[str, ProviderSpec] = {}
+        self.failures: list[PluginFailure] = []
+        self.excluded: list[str] = []
+        self._classes: dict[str, type[ExecutionProvider]] = {}
+        self._status: dict[str, ProviderStatus] = {}
+
+    # -- loading ---------------------------------------------------------------------
+    def load(self) -> ProviderCatalog:
+        """Load every selected entry point once; later calls do nothing."""
+        with self._lock:
+            if self._loaded:
+                return self
+            eps = (
+                list(self._entry_points)
+                if self._entry_points is not None
+                else list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+            )
+            allow, deny = _env_filter()
+            for ep in eps:
+                dist = getattr(ep, "dist", None)
+                package = dist.name if dist is not None else ""
+                version = dist.version if dist is not None else ""
+                if not _selected([ep.name, package], allow, deny):
+                    # Not imported at all: an excluded plugin cannot break anything.
+                    self.excluded.append(f"{ep.name} ({package}) excluded by {PLUGINS_ENV_VAR}")
+                    continue
+                self._load_entry_point(ep, package, version)
+            self._loaded = True
+            return self
+
+    def _load_entry_point(self, ep: Any, package: str, version: str) -> None:
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            self.failures.append(
+                PluginFailure(ep.name, package, f"failed to import: {type(exc).__name__}: {exc}",
+                              traceback.format_exc())
+            )
+            return
+        try:
+            self.plugin_manager.register(plugin, name=f"{package or '?'}:{ep.name}")
+        except Exception as exc:  # e.g. two entry points naming one module
+            self.failures.append(
+                PluginFailure(ep.name, package, f"could not be registered: {type(exc).__name__}: {exc}")
+            )
+            return
+        hook = self.plugin_manager.hook.onyxrt_providers
+        for impl in hook.get_hookimpls():
+            if impl.plugin is not plugin:
+                continue
+            try:
+                specs = list(impl.function() or ())
+            except Exception as exc:
+                self.failures.append(
+                    PluginFailure(ep.name, package,
+                                  f"onyxrt_providers() raised {type(exc).__name__}: {exc}",
+                                  traceback.format_exc())
+                )
+                continue
+            for spec in specs:
+                if not isinstance(spec, ProviderSpec):
+                    self.failures.append(
+                        PluginFailure(ep.name, package,
+                                      f"onyxrt_providers() returned {type(spec).__name__}, "
+                                      "expected ProviderSpec")
+                    )
+                    continue
+                self._add_spec(
+                    replace(spec, package=spec.package or package,
+                            package_version=spec.package_version or version),
+                    ep.name,
+                )
+
+    def _add_spec(self, spec: ProviderSpec, ep_name: str) -> None:
+        if spec.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
+            err = ProtocolVersionError(
+                f"{spec.name} from {spec.package} implements provider protocol version "
+                f"{spec.protocol_version}, but this onyxrt core supports "
+                f"{sorted(SUPPORTED_PROTOCOL_VERSIONS)}. Install a {spec.package} release "
+                "built for this onyxrt, or upgrade onyxrt."
+            )
+            self.failures.append(PluginFailure(ep_name, spec.package, str(err)))
+            return
+        existing = self.specs.get(spec.name)
+        if existing is not None:
+            raise DuplicateProviderError(
+                f"provider {spec.name!r} is registered by two packages: {existing.package!r} "
+                f"and {spec.package!r}. Uninstall one of them, or exclude one with "
+                f"{PLUGINS_ENV_VAR}=-<package>."
+            )
+        self.specs[spec.name] = spec
+
+    # -- queries ---------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every installed provider name, by priority (highest first), CPU last."""
+        self.load()
+        return sorted(self.specs, key=self._order_key)
+
+    def _order_key(self, name: str) -> tuple[int, int, str]:
+        return (name == CPU_PROVIDER, -self.specs[name].priority, name)
+
+    def status(self, name: str) -> ProviderStatus:
+        """Import the provider's class and probe it (once); never raises for its faults."""
+        self.load()
+        with self._lock:
+            cached = self._status.get(name)
+            if cached is not None:
+                return cached
+            spec = self.specs[name]
+            probe: ProbeResult
+            try:
+                cls = spec.factory()
+                if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
+                    raise TypeError(f"factory returned {cls!r}, not an ExecutionProvider subclass")
+                self._classes[name] = cls
+                probe = cls.probe()
+            except Exception as exc:
+                probe = ProbeResult(
+                    False,
+                    f"{spec.package or name} failed to load or probe: {type(exc).__name__}: {exc}",
+                    fix=f"reinstall it: pip install --force-reinstall {spec.package}"
+                    if spec.package else "",
+                )
+            status = ProviderStatus(
+                name=name,
+                package=spec.package,
+                package_version=spec.package_version,
+                protocol_version=spec.protocol_version,
+                priority=spec.priority,
+                usable=probe.usable,
+                reason=probe.reason,
+                fix=probe.fix,
+                details=dict(probe.details),
+                device_types=spec.device_types,
+            )
+            self._status[name] = status
+            return status
+
+    def provider_class(self, name: str) -> type[ExecutionProvider]:
+        """The provider's class (after a successful :meth:`status`)."""
+        self.status(name)
+        return self._classes[name]
+
+    def available(self) -> list[str]:
+        """Usable providers by priority, CPU last."""
+        return [n for n in self.names() if self.status(n).usable]
+
+    def suggest(self, name: str) -> str:
+        """' Did you mean X?' for a misspelt provider name, or ''."""
+        close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.85)
+        return f" Did you mean {close[0]!r}?" if close else ""
+
+    def devices(self, name: str) -> list[Device]:
+        """Devices of a usable provider, from an instance with default options."""
+        cls = self.provider_class(name)
+        return list(cls(cls.option_schema.defaults()).devices())
+
+
+_catalog: ProviderCatalog | None = None
+_catalog_lock = threading.Lock()
+
+
+def catalog() -> ProviderCatalog:
+    """The process-wide catalog, loaded on first use."""
+    global _catalog
+    with _catalog_lock:
+        if _catalog is None:
+            _catalog = ProviderCatalog()
+        cat = _catalog
+    return cat.load()
+
+
+def reset_catalog(new: ProviderCatalog | None = None) -> None:
+    """Forget the loaded plugins (tests, or after installing a plugin at run time)."""
+    global _catalog
+    with _catalog_lock:
+        _catalog = new

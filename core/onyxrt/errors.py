@@ -1,0 +1,100 @@
+"""Typed errors raised by onyxrt.
+
+Every error a user can cause (a bad model, a bad feed, a bad option, a provider that
+cannot be used) is one of these classes, and its message names the file, node, input or
+option involved, what was expected, what was found and what to do. Classes that mirror a
+Python built-in also derive from it (``InvalidArgument`` is a ``ValueError``) so code
+written against onnxruntime's exceptions keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OnyxError",
+    "InvalidModel",
+    "InvalidGraph",
+    "InvalidArgument",
+    "InvalidInput",
+    "InvalidProviderOption",
+    "NotImplementedOp",
+    "ProviderError",
+    "ProviderUnavailable",
+    "DiscoveryError",
+    "DuplicateProviderError",
+    "ProtocolVersionError",
+    "PartitionError",
+    "KernelError",
+    "OutOfMemory",
+    "RunTerminated",
+    "UnsafeExternalData",
+]
+
+
+class OnyxError(Exception):
+    """Base class of every error onyxrt raises on purpose."""
+
+
+class InvalidModel(OnyxError, ValueError):
+    """The model could not be read: malformed or truncated bytes, a file that does not
+    exist, an IR version or opset this runtime does not support."""
+
+
+class InvalidGraph(InvalidModel):
+    """The model parsed but its graph is not runnable: a cycle, a value used before it is
+    produced, a duplicate output name."""
+
+
+class UnsafeExternalData(InvalidModel):
+    """An external-data reference points outside the model's folder or past its file."""
+
+
+class InvalidArgument(OnyxError, ValueError):
+    """An argument to an API call is wrong (an unknown output name, a bad option value)."""
+
+
+class InvalidInput(InvalidArgument):
+    """A feed does not match the model: missing, unknown, wrong dtype, rank or shape."""
+
+
+class InvalidProviderOption(InvalidArgument):
+    """A provider option is unknown or its value is outside what the provider accepts."""
+
+
+class NotImplementedOp(OnyxError, NotImplementedError):
+    """No provider in the session can run a node (unknown operator, version or type)."""
+
+
+class ProviderError(OnyxError, RuntimeError):
+    """A provider failed: while being created, claiming nodes, compiling or computing."""
+
+
+class ProviderUnavailable(ProviderError):
+    """A provider the user asked for is not installed or its probe failed (strict mode)."""
+
+
+class DiscoveryError(OnyxError):
+    """Loading provider plugins from their entry points went wrong."""
+
+
+class DuplicateProviderError(DiscoveryError):
+    """Two installed packages register the same provider name."""
+
+
+class ProtocolVersionError(DiscoveryError):
+    """A plugin implements a provider protocol version this core does not speak."""
+
+
+class PartitionError(OnyxError):
+    """The graph could not be split between the providers (e.g. CPU fallback disabled)."""
+
+
+class KernelError(OnyxError, RuntimeError):
+    """A kernel raised while computing a node; the message names the node and its inputs."""
+
+
+class OutOfMemory(OnyxError, MemoryError):
+    """An allocation would exceed a memory limit; the message gives the request and limit."""
+
+
+class RunTerminated(OnyxError, RuntimeError):
+    """A run was stopped because its ``RunOptions.terminate`` was set."""

@@ -1,0 +1,295 @@
+"""A light graph IR over ``onnx.GraphProto``: nodes in topological order, values, types.
+
+The partitioner, the providers' capability calls and the execution plan all read the
+graph through :class:`Graph`. Providers receive it as a read-only view (they are given
+the object but must not mutate it; :class:`GraphView` is the documented surface).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import InvalidGraph
+from .kernels import ValueType, parse_attribute
+
+__all__ = ["Node", "Graph", "GraphView", "subgraph_outer_names"]
+
+
+@dataclass(eq=False)
+class Node:
+    """One node of the graph, in topological position ``index``."""
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    proto: onnx.NodeProto
+    #: Outer-scope names read by this node's subgraphs (If/Loop/Scan bodies).
+    implicit_inputs: tuple[str, ...] = ()
+
+    @cached_property
+    def attributes(self) -> dict[str, Any]:
+        """Attributes parsed to Python values."""
+        return {a.name: parse_attribute(a) for a in self.proto.attribute}
+
+    @property
+    def qualified_op(self) -> str:
+        """``domain::op_type`` for non-default domains, else ``op_type``."""
+        return f"{self.domain}::{self.op_type}" if self.domain not in ("", "ai.onnx") else self.op_type
+
+    def __repr__(self) -> str:
+        return f"Node({self.index}, {self.name!r}, {self.qualified_op})"
+
+
+def subgraph_outer_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a (sub)graph reads but does not define itself: its outer-scope references."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(n for n in node.input if n)
+        for attr in node.attribute:
+            for g in _attr_graphs(attr):
+                used |= subgraph_outer_names(g)
+        defined.update(node.output)
+    used.update(o.name for o in graph.output)
+    return used - defined
+
+
+def _attr_graphs(attr: onnx.AttributeProto) -> Iterable[onnx.GraphProto]:
+    if attr.type == onnx.AttributeProto.GRAPH:
+        yield attr.g
+    elif attr.type == onnx.AttributeProto.GRAPHS:
+        yield from attr.graphs
+
+
+@dataclass(eq=False)
+class Graph:
+    """A graph ready for partitioning: topologically sorted nodes plus value facts.
+
+    ``inputs`` are the graph inputs a caller may feed (initializers excluded unless they
+    are also declared inputs, in which case they are overridable); ``initializers`` hold
+    constant values as numpy arrays; ``value_types`` holds every type known statically.
+    """
+
+    name: str
+    nodes: list[Node]
+    inputs: list[str]
+    outputs: list[str]
+    initializers: dict[str, Any]
+    value_types: dict[str, ValueType]
+    opsets: dict[str, int]
+    #: Inputs that also have an initializer (defaults a caller may override).
+    overridable: list[str] = field(default_factory=list)
+    #: Names the graph reads from an enclosing graph (subgraphs only).
+    outer_names: list[str] = field(default_factory=list)
+
+    # -- construction ----------------------------------------------------------------
+    @classmethod
+    def from_proto(
+        cls,
+        graph: onnx.GraphProto,
+        opsets: Mapping[str, int],
+        *,
+        value_types: Mapping[str, ValueType] | None = None,
+        outer_scope: Iterable[str] = (),
+    ) -> Graph:
+        """Read ``graph``; check it is a DAG whose every input is defined.
+
+        ``outer_scope`` lists names visible from an enclosing graph (for subgraphs).
+        Raises :class:`~onyxrt.errors.InvalidGraph` naming the node and value at fault.
+        """
+        initializers: dict[str, Any] = {}
+        for t in graph.initializer:
+            try:
+                initializers[t.name] = numpy_helper.to_array(t)
+            except Exception as exc:  # a tensor whose bytes do not match its declared shape
+                raise InvalidGraph(
+                    f"initializer {t.name!r} cannot be read: {exc}. The model file may be "
+                    "truncated or its external data missing."
+                ) from exc
+        for st in graph.sparse_initializer:
+            initializers[st.values.name] = _sparse_to_dense(st)
+        declared_inputs = [i.name for i in graph.input]
+        inputs = [n for n in declared_inputs if n not in initializers]
+        overridable = [n for n in declared_inputs if n in initializers]
+
+        types: dict[str, ValueType] = dict(value_types or {})
+        for vi in [*graph.input, *graph.output, *graph.value_info]:
+            if vi.HasField("type"):
+                types.setdefault(vi.name, ValueType.from_proto(vi.type))
+        for name, arr in initializers.items():
+            if isinstance(arr, np.ndarray) and name not in types:
+                from .dtypes import onnx_elem_type
+
+                try:
+                    types[name] = ValueType("tensor", onnx_elem_type(arr.dtype), arr.shape)
+                except TypeError:
+                    pass
+
+        outer = set(outer_scope)
+        available = set(inputs) | set(initializers) | outer | {""}
+        nodes = _topological_nodes(graph, available)
+        outer_names = sorted(
+            (subgraph_outer_names(graph) & outer) - set(initializers) - set(inputs)
+        )
+        return cls(
+            name=graph.name,
+            nodes=nodes,
+            inputs=inputs,
+            outputs=[o.name for o in graph.output],
+            initializers=initializers,
+            value_types=types,
+            opsets=dict(opsets),
+            overridable=overridable,
+            outer_names=outer_names,
+        )
+
+    # -- queries ---------------------------------------------------------------------
+    @cached_property
+    def producers(self) -> dict[str, Node]:
+        """Value name → the node that produces it."""
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    @cached_property
+    def consumers(self) -> dict[str, list[Node]]:
+        """Value name → nodes that read it (explicitly or from a subgraph)."""
+        result: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in dict.fromkeys([*node.inputs, *node.implicit_inputs]):
+                if name:
+                    result.setdefault(name, []).append(node)
+        return result
+
+    def opset(self, domain: str) -> int:
+        """The model's opset for ``domain`` ("" and "ai.onnx" are the default domain)."""
+        if domain in ("", "ai.onnx"):
+            return self.opsets.get("", self.opsets.get("ai.onnx", 1))
+        return self.opsets.get(domain, 1)
+
+    def value_type(self, name: str) -> ValueType | None:
+        """What is statically known about value ``name``, if anything."""
+        return self.value_types.get(name)
+
+    def is_constant(self, name: str) -> bool:
+        """Whether ``name`` is an initializer that a caller cannot override."""
+        return name in self.initializers and name not in self.overridable
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+#: The read-only surface providers use; the same class, named for its role.
+GraphView = Graph
+
+
+def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(st.values)
+    indices = numpy_helper.to_array(st.indices).astype(np.int64)
+    dense = np.zeros(int(np.prod(st.dims)), dtype=values.dtype)
+    if indices.ndim == 2:
+        indices = np.ravel_multi_index(indices.T, tuple(st.dims))
+    dense[indices] = values
+    return dense.reshape(tuple(st.dims))
+
+
+def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node]:
+    """Nodes in a topological order that keeps the model's order where it is free to.
+
+    Raises InvalidGraph for an undefined input, a value produced twice, or a cycle.
+    """
+    protos = list(graph.node)
+    producer: dict[str, int] = {}
+    for i, node in enumerate(protos):
+        for out in node.output:
+            if not out:
+                continue
+            if out in producer or out in available:
+                other = protos[producer[out]].name if out in producer else "a graph input"
+                raise InvalidGraph(
+                    f"value {out!r} is produced twice (by node {node.name or node.op_type!r} "
+                    f"and {other!r}); every value must have exactly one producer"
+                )
+            producer[out] = i
+
+    implicit: list[tuple[str, ...]] = []
+    deps: list[set[int]] = []
+    for i, node in enumerate(protos):
+        outer: set[str] = set()
+        for attr in node.attribute:
+            for g in _attr_graphs(attr):
+                outer |= subgraph_outer_names(g)
+        implicit.append(tuple(sorted(outer - set(node.input))))
+        d: set[int] = set()
+        for name in [*node.input, *implicit[-1]]:
+            if name in available:
+                continue
+            if name not in producer:
+                where = "its subgraph reads" if name in outer else "input"
+                raise InvalidGraph(
+                    f"node {node.name or node.op_type!r} ({node.op_type}): {where} {name!r} "
+                    "is not a graph input, an initializer or the output of any node"
+                )
+            d.add(producer[name])
+        deps.append(d)
+
+    dependents: list[list[int]] = [[] for _ in protos]
+    indegree = [len(d) for d in deps]
+    for i, d in enumerate(deps):
+        for j in d:
+            dependents[j].append(i)
+    ready = [i for i, n in enumerate(indegree) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in dependents[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != len(protos):
+        stuck = [protos[i].name or protos[i].op_type for i in range(len(protos)) if indegree[i]]
+        raise InvalidGraph(
+            f"the graph is not a DAG: nodes {stuck[:8]} form or depend on a cycle"
+        )
+
+    nodes: list[Node] = []
+    used_names: set[str] = set()
+    for pos, i in enumerate(order):
+        proto = protos[i]
+        name = proto.name or f"{proto.op_type}_{i}"
+        if name in used_names:
+            name = f"{name}_{i}"
+        used_names.add(name)
+        nodes.append(
+            Node(
+                index=pos,
+                name=name,
+                op_type=proto.op_type,
+                domain="" if proto.domain == "ai.onnx" else proto.domain,
+                inputs=tuple(proto.input),
+                outputs=tuple(proto.output),
+                proto=proto,
+                implicit_inputs=implicit[i],
+            )
+        )
+    return nodes
+
+
+def node_names(nodes: Sequence[Node]) -> list[str]:
+    """Names of ``nodes`` (for messages)."""
+    return [n.name for n in nodes]

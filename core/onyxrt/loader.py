@@ -1,0 +1,207 @@
+"""Reading a model: from a path, PathLike, bytes or ``ModelProto``, with external data.
+
+External data is loaded here, not by onnx, so that every reference is checked first: an
+absolute path, a ``..`` or a symlink leading out of the model's folder, a missing file,
+or an offset/length past the end of the file is rejected with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx.defs
+from google.protobuf.message import DecodeError
+
+from .errors import InvalidModel, NotImplementedOp, UnsafeExternalData
+
+__all__ = ["LoadedModel", "load_model", "iter_tensors"]
+
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+@dataclass
+class LoadedModel:
+    """A parsed model, its origin (for messages) and the folder external data lives in."""
+
+    proto: onnx.ModelProto
+    origin: str
+    base_dir: Path
+    path: Path | None = None
+
+
+def load_model(source: Any) -> LoadedModel:
+    """Read ``source`` (str/PathLike path, bytes, or ``ModelProto``) and its external data.
+
+    Raises :class:`~onyxrt.errors.InvalidModel` for a missing, unreadable, malformed or
+    truncated model, and :class:`~onyxrt.errors.UnsafeExternalData` for external data
+    references that escape the model's folder or its file.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)  # we fill in external data; never touch the caller's proto
+        loaded = LoadedModel(model, "<ModelProto>", Path.cwd())
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        loaded = LoadedModel(_parse(bytes(source), "<bytes>"), "<bytes>", Path.cwd())
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(os.fspath(source))
+        if not path.exists():
+            raise InvalidModel(f"model file not found: {str(path)!r}")
+        if path.is_dir():
+            raise InvalidModel(f"{str(path)!r} is a folder; pass the path of the .onnx file")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidModel(f"cannot read model file {str(path)!r}: {exc}") from exc
+        loaded = LoadedModel(_parse(data, str(path)), str(path), path.resolve().parent, path)
+    else:
+        raise InvalidModel(
+            f"cannot load a model from {type(source).__name__}; pass a file path, bytes or "
+            "an onnx.ModelProto"
+        )
+    _check_header(loaded)
+    _load_external_data(loaded)
+    return loaded
+
+
+def _parse(data: bytes, origin: str) -> onnx.ModelProto:
+    if not data:
+        raise InvalidModel(f"{origin}: the model is empty (0 bytes)")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InvalidModel(
+            f"{origin}: not a valid ONNX model ({exc}); the file may be truncated or not "
+            "an .onnx file"
+        ) from None
+    if not model.HasField("graph"):
+        raise InvalidModel(f"{origin}: the data parsed but holds no graph; is it an ONNX model?")
+    return model
+
+
+def _check_header(loaded: LoadedModel) -> None:
+    model = loaded.proto
+    if model.ir_version > onnx.IR_VERSION:
+        raise InvalidModel(
+            f"{loaded.origin}: IR version {model.ir_version} is newer than this runtime's onnx "
+            f"supports ({onnx.IR_VERSION}); upgrade the onnx package"
+        )
+    newest = onnx.defs.onnx_opset_version()
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > newest:
+            raise InvalidModel(
+                f"{loaded.origin}: opset {imp.version} is newer than the newest this runtime "
+                f"knows ({newest}); upgrade the onnx package"
+            )
+
+
+def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor in a graph and its subgraphs: initializers and tensor attributes."""
+    yield from graph.initializer
+    for st in graph.sparse_initializer:
+        yield st.values
+        yield st.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == onnx.AttributeProto.TENSORS:
+                yield from attr.tensors
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_tensors(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from iter_tensors(g)
+
+
+def _load_external_data(loaded: LoadedModel) -> None:
+    base = loaded.base_dir.resolve()
+    for tensor in iter_tensors(loaded.proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        where = f"{loaded.origin}: initializer {tensor.name!r}"
+        if not location:
+            raise UnsafeExternalData(f"{where}: external data has no location")
+        if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
+            raise UnsafeExternalData(
+                f"{where}: external data path {location!r} is absolute; external data must "
+                f"live inside the model's folder {str(base)!r}"
+            )
+        target = (base / location).resolve()  # resolves '..' and symlinks
+        try:
+            target.relative_to(base)
+        except ValueError:
+            raise UnsafeExternalData(
+                f"{where}: external data path {location!r} leads to {str(target)!r}, outside "
+                f"the model's folder {str(base)!r}; it is refused"
+            ) from None
+        if not target.is_file():
+            raise InvalidModel(f"{where}: external data file {location!r} not found in {str(base)!r}")
+        size = target.stat().st_size
+        try:
+            offset = int(info.get("offset", "0") or 0)
+            length = int(info["length"]) if info.get("length") else size - offset
+        except ValueError:
+            raise UnsafeExternalData(f"{where}: external data offset/length are not integers") from None
+        if offset < 0 or length < 0 or offset + length > size:
+            raise UnsafeExternalData(
+                f"{where}: external data offset {offset} + length {length} is past the end of "
+                f"{location!r} ({size} bytes)"
+            )
+        with open(target, "rb") as fh:
+            fh.seek(offset)
+            tensor.raw_data = fh.read(length)
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def check_model(loaded: LoadedModel) -> None:
+    """Structural validation with onnx's checker, turned into typed errors.
+
+    Unknown operators in the default domain are reported as
+    :class:`~onyxrt.errors.NotImplementedOp` naming the node first.
+    """
+    model = loaded.proto
+    _check_ops(model.graph, loaded.origin, _opset_map(model))
+    if model.ByteSize() > _PROTOBUF_LIMIT:
+        return  # onnx's checker cannot take a >2GB proto in memory
+    try:
+        onnx.checker.check_model(model, full_check=False)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise InvalidModel(f"{loaded.origin}: the model is not valid ONNX: {first}") from None
+
+
+def _opset_map(model: onnx.ModelProto) -> dict[str, int]:
+    return {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in model.opset_import}
+
+
+def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> None:
+    for node in graph.node:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain in ("", "ai.onnx.ml", "ai.onnx.preview.training") and not onnx.defs.has(
+            node.op_type, domain
+        ):
+            raise NotImplementedOp(
+                f"{origin}: node {node.name or '(unnamed)'!r} uses unknown operator "
+                f"{node.op_type!r} in domain {domain or 'ai.onnx'!r}; check the op name or "
+                "register a custom-op provider for it"
+            )
+        if domain not in opsets and domain != "":
+            raise InvalidModel(
+                f"{origin}: node {node.name or node.op_type!r} uses domain {domain!r} but the "
+                "model imports no opset for it"
+            )
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _check_ops(attr.g, origin, opsets)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _check_ops(g, origin, opsets)

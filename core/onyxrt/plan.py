@@ -1,0 +1,529 @@
+"""The execution plan: built once per session, run many times.
+
+At creation every unit of the partition gets its kernel (attributes parsed, constant
+inputs prepacked) and every value a *slot* — one per (value, memory space), so a value
+copied to a device has its own slot there. Copies are steps like any other. A run is a
+loop over steps reading and writing a list of slots; each slot is cleared after its last
+reader so intermediates are freed as early as possible.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .devices import HOST_MEMORY, Device
+from .errors import (
+    InvalidGraph,
+    KernelError,
+    NotImplementedOp,
+    OnyxError,
+    ProviderError,
+    RunTerminated,
+)
+from .graph import Graph, Node
+from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
+from .partitioner import Partition, Partitioner
+from .placement import CopyRecord, FusedGroupRecord, NodePlacement, PlacementReport
+from .protocol import DataTransfer, ExecutionProvider
+
+__all__ = ["Step", "ExecutionPlan", "PlanSubgraphRunner", "build_plan"]
+
+logger = logging.getLogger("onyxrt.plan")
+
+#: Slot 0 always holds None: absent optional inputs read it.
+_NONE_SLOT = 0
+
+
+@dataclass(eq=False)
+class Step:
+    """One scheduled call: a node's kernel, a fused group's kernel, or a copy."""
+
+    fn: Callable[..., Sequence[Any]]
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    release: tuple[int, ...]
+    provider: int
+    name: str
+    op_type: str
+    kind: str  # "node" | "fused" | "copy"
+    kernel: Kernel | None = None
+    node_index: int = -1
+
+
+@dataclass
+class _Profile:
+    """Per-step timing collected when profiling is on (consumed by the profiler)."""
+
+    events: list[tuple[int, float, float, list[Any], list[Any]]] = field(default_factory=list)
+
+
+class ExecutionPlan:
+    """Steps over slots for one graph; thread-safe to run concurrently (state is local).
+
+    Built by :func:`build_plan`.
+    """
+
+    def __init__(self, graph: Graph, providers: Sequence[ExecutionProvider]) -> None:
+        self.graph = graph
+        self.providers = list(providers)
+        self.steps: list[Step] = []
+        self.template: list[Any] = [None]
+        self.slot_names: list[str] = [""]
+        self.slots: dict[tuple[str, str], int] = {}
+        self.input_slots: dict[str, int] = {}
+        #: graph output name → (slot, provider index owning that slot's memory space)
+        self.output_slots: dict[str, tuple[int, int]] = {}
+        self.copies: list[CopyRecord] = []
+        self.placement: PlacementReport | None = None
+        self.used_providers: list[ExecutionProvider] = []
+        self.space_owner: dict[str, int] = {}
+        self.protected: set[int] = set()  # slots holding initializers or feeds
+        self._compiled: list[tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+
+    # -- running ---------------------------------------------------------------------
+    def run(
+        self,
+        feeds: Mapping[str, Any],
+        output_names: Sequence[str],
+        run_options: Any = None,
+        profile: _Profile | None = None,
+        keep_on_device: Mapping[str, bool] | None = None,
+    ) -> list[Any]:
+        """Execute the plan; ``feeds`` are host values keyed by input name.
+
+        Outputs come back on the host unless ``keep_on_device[name]`` is true, in which
+        case they are returned where their producer left them.
+        """
+        vals = list(self.template)
+        input_slots = self.input_slots
+        for name, value in feeds.items():
+            vals[input_slots[name]] = value
+        for p in self.used_providers:
+            p.on_run_start(run_options)
+        try:
+            # Floating-point overflow and invalid values are results (inf, nan), as in
+            # onnxruntime, not warnings; one context per run keeps kernels free of it.
+            with np.errstate(all="ignore"):
+                if profile is None:
+                    self._execute(vals, run_options)
+                else:
+                    self._execute_profiled(vals, run_options, profile)
+        finally:
+            for p in self.used_providers:
+                p.on_run_end(run_options)
+        results = []
+        for name in output_names:
+            slot, owner = self.output_slots[name]
+            value = vals[slot]
+            provider = self.providers[owner]
+            if not provider.device.is_host and not (keep_on_device and keep_on_device.get(name)):
+                value = self._to_host(value, owner)
+            elif isinstance(value, np.ndarray):
+                if slot in self.protected or not value.flags.writeable:
+                    # Never hand out an initializer, a feed or a kernel's cached constant
+                    # itself: the caller may mutate what it gets.
+                    value = value.copy()
+                elif not value.flags.owndata:
+                    value = self._unalias(value, vals)
+            results.append(value)
+        return results
+
+    def _unalias(self, value: np.ndarray, vals: list[Any]) -> np.ndarray:
+        for slot in self.protected:
+            other = vals[slot]
+            if isinstance(other, np.ndarray) and np.may_share_memory(value, other):
+                return value.copy()
+        return value
+
+    def _to_host(self, value: Any, owner: int) -> Any:
+        provider = self.providers[owner]
+        host = self.providers[self.space_owner[HOST_MEMORY]].device if HOST_MEMORY in self.space_owner else _HOST_DEVICE
+        return provider.data_transfer().copy(value, provider.device, host)
+
+    def finalize(self) -> None:
+        """Freeze the steps into the tuples the run loop reads (call after building)."""
+        self._compiled = [(s.fn, s.ins, s.outs, s.release) for s in self.steps]
+
+    def _execute(self, vals: list[Any], run_options: Any) -> None:
+        # The hot loop: plain tuples and local names keep per-node overhead to about a
+        # microsecond; everything else (names, providers) is looked up only on error.
+        i = -1
+        try:
+            if run_options is None:
+                for i, (fn, ins, outs, release) in enumerate(self._compiled):
+                    results = fn(*[vals[j] for j in ins])
+                    for j, v in zip(outs, results):
+                        vals[j] = v
+                    for j in release:
+                        vals[j] = None
+            else:
+                for i, (fn, ins, outs, release) in enumerate(self._compiled):
+                    if run_options.terminate:
+                        raise RunTerminated(
+                            "run terminated by RunOptions.terminate before node "
+                            f"{self.steps[i].name!r}"
+                        )
+                    results = fn(*[vals[j] for j in ins])
+                    for j, v in zip(outs, results):
+                        vals[j] = v
+                    for j in release:
+                        vals[j] = None
+        except OnyxError:
+            raise
+        except Exception as exc:
+            raise self._kernel_error(self.steps[i], vals, exc) from exc
+
+    def _execute_profiled(self, vals: list[Any], run_options: Any, profile: _Profile) -> None:
+        perf = time.perf_counter
+        step = None
+        try:
+            for si, step in enumerate(self.steps):
+                if run_options is not None and run_options.terminate:
+                    raise RunTerminated(
+                        f"run terminated by RunOptions.terminate before node {step.name!r}"
+                    )
+                args = [vals[j] for j in step.ins]
+                t0 = perf()
+                outs = step.fn(*args)
+                t1 = perf()
+                profile.events.append((si, t0, t1, args, list(outs)))
+                for j, v in zip(step.outs, outs):
+                    vals[j] = v
+                for j in step.release:
+                    vals[j] = None
+        except OnyxError:
+            raise
+        except Exception as exc:
+            assert step is not None
+            raise self._kernel_error(step, vals, exc) from exc
+
+    def _kernel_error(self, step: Step, vals: list[Any], exc: Exception) -> KernelError:
+        described = []
+        for j in step.ins:
+            v = vals[j]
+            name = self.slot_names[j] or "(absent)"
+            if isinstance(v, np.ndarray):
+                described.append(f"{name}: {v.dtype}{list(v.shape)}")
+            elif v is None:
+                described.append(f"{name}: None")
+            else:
+                described.append(f"{name}: {type(v).__name__}")
+        provider = self.providers[step.provider].name
+        return KernelError(
+            f"node {step.name!r} ({step.op_type}) on {provider} failed: "
+            f"{type(exc).__name__}: {exc}. Inputs: {', '.join(described) or 'none'}"
+        )
+
+
+_HOST_DEVICE = Device("cpu", "host")
+
+
+class PlanSubgraphRunner(SubgraphRunner):
+    """Runs a control-flow body through its own plan (same providers as the parent)."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+        self.input_names = tuple(plan.graph.inputs)
+        self.output_names = tuple(plan.graph.outputs)
+        self.outer_names = tuple(plan.graph.outer_names)
+
+    def run(self, inputs: Sequence[Any], outer: Mapping[str, Any]) -> list[Any]:
+        """Execute the body once with formal ``inputs`` and outer-scope values."""
+        feeds = dict(zip(self.input_names, inputs))
+        for name in self.outer_names:
+            feeds[name] = outer[name]
+        return self.plan.run(feeds, self.output_names)
+
+
+@dataclass
+class PlanContext:
+    """What building plans (the main graph and control-flow bodies) shares."""
+
+    providers: Sequence[ExecutionProvider]
+    partitioner: Partitioner
+    opsets: Mapping[str, int]
+    requested: tuple[str, ...] = ()
+    fallbacks: tuple[Any, ...] = ()
+    subgraph_reports: dict[str, PlacementReport] = field(default_factory=dict)
+    verbose: bool = False
+
+
+def build_plan(graph: Graph, ctx: PlanContext, *, outputs_on_host: bool = True) -> ExecutionPlan:
+    """Partition ``graph`` and build its plan: kernels, slots, copies, releases."""
+    partition = ctx.partitioner.partition(graph)
+    builder = _PlanBuilder(graph, partition, ctx)
+    return builder.build()
+
+
+class _PlanBuilder:
+    def __init__(self, graph: Graph, partition: Partition, ctx: PlanContext) -> None:
+        self.graph = graph
+        self.partition = partition
+        self.ctx = ctx
+        self.plan = ExecutionPlan(graph, ctx.providers)
+        self.space_of = [p.device.memory_space for p in ctx.providers]
+        for i, space in enumerate(self.space_of):
+            self.plan.space_owner.setdefault(space, i)
+        # where each value is available: value → {memory space: slot}
+        self.where: dict[str, dict[str, int]] = {}
+        self.home: dict[str, tuple[str, int]] = {}  # value → (space, owner provider index)
+
+    # -- slots -----------------------------------------------------------------------
+    def _new_slot(self, name: str, space: str, value: Any = None) -> int:
+        slot = len(self.plan.template)
+        self.plan.template.append(value)
+        self.plan.slot_names.append(name)
+        self.plan.slots[(name, space)] = slot
+        self.where.setdefault(name, {})[space] = slot
+        return slot
+
+    def build(self) -> ExecutionPlan:
+        graph, plan = self.graph, self.plan
+        host_owner = self.plan.space_owner.get(HOST_MEMORY, len(self.ctx.providers) - 1)
+        for name in graph.inputs + graph.overridable + list(graph.outer_names):
+            if name in self.where:
+                continue
+            default = graph.initializers.get(name)
+            slot = self._new_slot(name, HOST_MEMORY, default)
+            plan.input_slots[name] = slot
+            plan.protected.add(slot)
+            self.home[name] = (HOST_MEMORY, host_owner)
+        for name, value in graph.initializers.items():
+            if name not in self.where:
+                slot = self._new_slot(name, HOST_MEMORY, value)
+                plan.protected.add(slot)
+                self.home[name] = (HOST_MEMORY, host_owner)
+
+        fused_by_provider: dict[int, list[tuple[int, Any]]] = {}
+        for unit in self.partition.units:
+            pi = unit.provider
+            provider = self.ctx.providers[pi]
+            if unit.group is not None:
+                group = unit.group
+                ins = tuple(self._slot_for(n, pi) for n in group.inputs)
+                outs = tuple(self._output_slot(n, pi) for n in group.outputs)
+                step = Step(_unbuilt, ins, outs, (), pi, group.name, "FusedSubgraph", "fused")
+                plan.steps.append(step)
+                fused_by_provider.setdefault(pi, []).append((len(plan.steps) - 1, group))
+            else:
+                node = unit.node
+                assert node is not None
+                kernel = self._create_kernel(node, provider)
+                ins = tuple(self._slot_for(n, pi) if n else _NONE_SLOT for n in [*node.inputs, *node.implicit_inputs])
+                outs = tuple(self._output_slot(n, pi) if n else self._scratch_slot() for n in node.outputs)
+                plan.steps.append(Step(kernel.compute, ins, outs, (), pi, node.name, node.op_type, "node", kernel, node.index))
+        for pi, items in fused_by_provider.items():
+            self._compile(pi, items)
+
+        for name in graph.outputs:
+            if name not in self.where:
+                raise InvalidGraph(f"graph output {name!r} is not produced by any node or input")
+            space, owner = self.home[name]
+            plan.output_slots[name] = (self.where[name][space], owner)
+            if space != HOST_MEMORY:
+                self.plan.copies.append(self._copy_record(name, space, HOST_MEMORY, owner, host_owner, True))
+        self._assign_releases()
+        plan.finalize()
+        plan.used_providers = [self.ctx.providers[i] for i in sorted({s.provider for s in plan.steps})]
+        plan.placement = self._report()
+        return plan
+
+    def _scratch_slot(self) -> int:
+        return self._new_slot("", "scratch")
+
+    def _output_slot(self, name: str, pi: int) -> int:
+        space = self.space_of[pi]
+        self.home[name] = (space, pi)
+        return self._new_slot(name, space)
+
+    def _slot_for(self, name: str, pi: int) -> int:
+        """The slot holding ``name`` in provider ``pi``'s memory, adding a copy if needed."""
+        space = self.space_of[pi]
+        avail = self.where.get(name)
+        if avail is None:
+            raise InvalidGraph(f"value {name!r} is used before it is produced")
+        if space in avail:
+            return avail[space]
+        src_space, src_owner = self.home[name]
+        src_slot = avail[src_space]
+        constant = self.graph.is_constant(name)
+        if constant:
+            # Weights move once, at creation, not on every run.
+            value = self._transfer(src_owner, pi)(self.plan.template[src_slot])[0]
+            slot = self._new_slot(name, space, value)
+            self.plan.protected.add(slot)
+            self.plan.copies.append(self._copy_record(name, src_space, space, src_owner, pi, False))
+            return slot
+        slot = self._new_slot(name, space)
+        self.plan.steps.append(
+            Step(self._transfer(src_owner, pi), (src_slot,), (slot,), (), pi,
+                 f"Memcpy_{name}_{src_space}_to_{space}", "Memcpy", "copy")
+        )
+        self.plan.copies.append(self._copy_record(name, src_space, space, src_owner, pi, True))
+        return slot
+
+    def _transfer(self, src_pi: int, dst_pi: int) -> Callable[[Any], tuple[Any]]:
+        providers = self.ctx.providers
+        src, dst = providers[src_pi].device, providers[dst_pi].device
+        for owner in (dst_pi, src_pi):
+            dt = providers[owner].data_transfer()
+            if dt.can_copy(src, dst):
+                return _copier(dt, src, dst)
+        # Neither side copies directly (e.g. GPU ↔ NPU): go through host memory.
+        host = _HOST_DEVICE
+        to_host = self._find_transfer(src_pi, src, host)
+        from_host = self._find_transfer(dst_pi, host, dst)
+        if to_host is None or from_host is None:
+            raise ProviderError(
+                f"no data transfer can move values from {src} ({providers[src_pi].name}) to "
+                f"{dst} ({providers[dst_pi].name})"
+            )
+
+        def via_host(value: Any) -> tuple[Any]:
+            return (from_host.copy(to_host.copy(value, src, host), host, dst),)
+
+        return via_host
+
+    def _find_transfer(self, pi: int, src: Device, dst: Device) -> DataTransfer | None:
+        dt = self.ctx.providers[pi].data_transfer()
+        return dt if dt.can_copy(src, dst) else None
+
+    def _copy_record(self, name: str, src: str, dst: str, src_pi: int, dst_pi: int, per_run: bool) -> CopyRecord:
+        vt = self.graph.value_type(name)
+        nbytes = None
+        if vt is not None and vt.static_size is not None and vt.dtype is not None:
+            nbytes = vt.static_size * vt.dtype.itemsize
+        if not per_run:
+            value = self.graph.initializers.get(name)
+            if isinstance(value, np.ndarray):
+                nbytes = int(value.nbytes)
+        providers = self.ctx.providers
+        return CopyRecord(name, src, dst, providers[src_pi].name, providers[dst_pi].name, nbytes, per_run)
+
+    # -- kernels ---------------------------------------------------------------------
+    def _kernel_info(self, node: Node, provider: ExecutionProvider) -> KernelInfo:
+        graph = self.graph
+        opset = graph.opset(node.domain)
+        constants = {
+            i: graph.initializers[n] for i, n in enumerate(node.inputs) if n and graph.is_constant(n)
+        }
+        return KernelInfo(
+            node_name=node.name,
+            op_type=node.op_type,
+            domain=node.domain,
+            since_version=schema_since_version(node.domain, node.op_type, opset) or opset,
+            opset=opset,
+            attributes=node.attributes,
+            input_names=node.inputs,
+            output_names=node.outputs,
+            input_types=tuple(graph.value_type(n) if n else None for n in node.inputs),
+            output_types=tuple(graph.value_type(n) if n else None for n in node.outputs),
+            constant_inputs=constants,
+            implicit_inputs=node.implicit_inputs,
+            subgraph_builder=self._subgraph_builder(node),
+            provider_options=provider.effective_options(),
+        )
+
+    def _create_kernel(self, node: Node, provider: ExecutionProvider) -> Kernel:
+        info = self._kernel_info(node, provider)
+        try:
+            return provider.create_kernel(node, info)
+        except OnyxError:
+            raise
+        except NotImplementedError as exc:
+            raise NotImplementedOp(f"node {node.name!r} ({node.qualified_op}): {exc}") from exc
+        except Exception as exc:
+            raise ProviderError(
+                f"{provider.name} failed to create the kernel for node {node.name!r} "
+                f"({node.qualified_op}): {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _compile(self, pi: int, items: list[tuple[int, Any]]) -> None:
+        provider = self.ctx.providers[pi]
+        groups = [g for _, g in items]
+        try:
+            kernels = list(provider.compile(groups))
+        except OnyxError:
+            raise
+        except Exception as exc:
+            raise ProviderError(
+                f"{provider.name} failed to compile {len(groups)} fused group(s) "
+                f"({', '.join(g.name for g in groups)}): {type(exc).__name__}: {exc}"
+            ) from exc
+        if len(kernels) != len(groups):
+            raise ProviderError(
+                f"{provider.name}.compile returned {len(kernels)} kernels for {len(groups)} groups"
+            )
+        for (step_index, _), kernel in zip(items, kernels):
+            step = self.plan.steps[step_index]
+            step.fn = kernel.compute
+            step.kernel = kernel
+
+    def _subgraph_builder(self, node: Node) -> Callable[[onnx.GraphProto], SubgraphRunner]:
+        def build(body: onnx.GraphProto) -> SubgraphRunner:
+            visible = set(self.where) | set(self.graph.producers) | set(self.graph.outer_names)
+            sub = Graph.from_proto(body, self.ctx.opsets, outer_scope=visible)
+            plan = build_plan(sub, self.ctx)
+            if plan.placement is not None:
+                self.ctx.subgraph_reports[f"{node.name}/{body.name or 'body'}"] = plan.placement
+            return PlanSubgraphRunner(plan)
+
+        return build
+
+    # -- releases and report -----------------------------------------------------------
+    def _assign_releases(self) -> None:
+        plan = self.plan
+        keep = {slot for slot, _ in plan.output_slots.values()} | plan.protected | {_NONE_SLOT}
+        last_use: dict[int, int] = {}
+        for si, step in enumerate(plan.steps):
+            for j in (*step.ins, *step.outs):
+                last_use[j] = si
+        releases: dict[int, list[int]] = {}
+        for slot, si in last_use.items():
+            if slot not in keep:
+                releases.setdefault(si, []).append(slot)
+        for si, slots in releases.items():
+            plan.steps[si].release = tuple(sorted(slots))
+
+    def _report(self) -> PlacementReport:
+        providers = self.ctx.providers
+        nodes: list[NodePlacement] = []
+        groups: list[FusedGroupRecord] = []
+        for unit in self.partition.units:
+            pname = providers[unit.provider].name
+            if unit.group is not None:
+                g = unit.group
+                groups.append(FusedGroupRecord(g.name, pname, tuple(n.name for n in g.nodes), g.inputs, g.outputs))
+                nodes.extend(NodePlacement(n.name, n.op_type, pname, g.name) for n in g.nodes)
+            else:
+                assert unit.node is not None
+                nodes.append(NodePlacement(unit.node.name, unit.node.op_type, pname))
+        return PlacementReport(
+            providers_requested=tuple(self.ctx.requested),
+            providers_session=tuple(p.name for p in providers),
+            nodes=tuple(nodes),
+            groups=tuple(groups),
+            copies=tuple(self.plan.copies),
+            refusals=tuple(self.partition.refusals),
+            fallbacks=tuple(self.ctx.fallbacks),
+            partitions=self.partition.partitions,
+            subgraphs=self.ctx.subgraph_reports,
+        )
+
+
+def _copier(dt: DataTransfer, src: Device, dst: Device) -> Callable[[Any], tuple[Any]]:
+    def copy(value: Any) -> tuple[Any]:
+        return (dt.copy(value, src, dst),)
+
+    return copy
+
+
+def _unbuilt(*args: Any) -> Sequence[Any]:
+    raise ProviderError("fused kernel was not compiled")

@@ -1,0 +1,303 @@
+"""The execution provider protocol: what a provider package implements.
+
+Every ability is an explicit method of :class:`ExecutionProvider`; the core never probes
+with ``hasattr``. A provider is one of two styles:
+
+* **kernel-registry** (CPU, CUDA, ROCm): claims single nodes and builds one kernel per
+  node from a :class:`~onyxrt.kernels.KernelRegistry`. Subclass
+  :class:`KernelRegistryProvider`, set ``registry`` and you are done.
+* **compile** (an NPU, TensorRT-like): claims whole connected subgraphs with
+  :class:`FusedClaim` and turns each into one kernel in :meth:`ExecutionProvider.compile`.
+
+Lifecycle: the core calls the class's :meth:`~ExecutionProvider.probe` (is it usable
+here?), validates the user's options against ``option_schema``, instantiates the class
+with the effective options, asks :meth:`~ExecutionProvider.get_capability`, then builds
+kernels (or compiles) once, and calls kernels on every run between
+:meth:`~ExecutionProvider.on_run_start` and :meth:`~ExecutionProvider.on_run_end`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from .allocator import Allocator, AllocatorStats
+from .devices import Device
+from .graph import Graph, GraphView, Node
+from .kernels import Kernel, KernelInfo, KernelRegistry
+from .options import OptionSchema
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "SUPPORTED_PROTOCOL_VERSIONS",
+    "ProbeResult",
+    "NodeClaim",
+    "FusedClaim",
+    "Refusal",
+    "Capability",
+    "FusedSubgraph",
+    "DataTransfer",
+    "HostOnlyTransfer",
+    "ExecutionProvider",
+    "KernelRegistryProvider",
+]
+
+#: The protocol version this core implements.
+PROTOCOL_VERSION = 1
+#: Versions a plugin may declare and still be loaded by this core.
+SUPPORTED_PROTOCOL_VERSIONS = frozenset({1})
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Whether a provider can run here, and if not exactly why and how to fix it.
+
+    ``details`` carries versions and driver or library messages for ``onyxrt doctor``.
+    """
+
+    usable: bool
+    reason: str = ""
+    fix: str = ""
+    details: Mapping[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        if self.usable:
+            return "usable"
+        return self.reason + (f" (fix: {self.fix})" if self.fix else "")
+
+
+@dataclass(frozen=True)
+class NodeClaim:
+    """A claim on one node, run by the provider's kernel for it."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class FusedClaim:
+    """A claim on a connected group of nodes, compiled into one kernel.
+
+    The partitioner rejects the claim whole if any node is already taken, or if fusing
+    the group would create a cycle through nodes outside it.
+    """
+
+    nodes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError("a FusedClaim needs at least one node")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A node the provider will not run, and why (shown in the placement report).
+
+    ``category`` is one of ``op``, ``version``, ``dtype``, ``shape``, ``attribute``,
+    ``memory``, ``policy`` or ``other``.
+    """
+
+    node: str
+    reason: str
+    category: str = "other"
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A provider's answer to :meth:`ExecutionProvider.get_capability`."""
+
+    claims: Sequence[NodeClaim | FusedClaim] = ()
+    refusals: Sequence[Refusal] = ()
+
+
+@dataclass(frozen=True)
+class FusedSubgraph:
+    """A fused group accepted by the partitioner, handed to ``compile``.
+
+    ``inputs`` are the values entering the group (in a stable order: the kernel's
+    ``compute`` receives them in this order), ``outputs`` the values it must return (read
+    outside the group or graph outputs), ``nodes`` the group in topological order.
+    """
+
+    name: str
+    nodes: tuple[Node, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    graph: GraphView
+
+    def constant_inputs(self) -> dict[str, Any]:
+        """Initializer values among the inputs (weights a compiler can bake in)."""
+        return {n: self.graph.initializers[n] for n in self.inputs if self.graph.is_constant(n)}
+
+
+class DataTransfer(Protocol):
+    """Moves values between memory spaces."""
+
+    def can_copy(self, src: Device, dst: Device) -> bool:
+        """Whether :meth:`copy` handles ``src`` → ``dst`` directly."""
+        ...
+
+    def copy(self, value: Any, src: Device, dst: Device) -> Any:
+        """Return ``value`` (living on ``src``) as a value living on ``dst``."""
+        ...
+
+
+class HostOnlyTransfer:
+    """The transfer of a provider whose values are host numpy values: nothing to move."""
+
+    def can_copy(self, src: Device, dst: Device) -> bool:
+        """Only host → host."""
+        return src.is_host and dst.is_host
+
+    def copy(self, value: Any, src: Device, dst: Device) -> Any:
+        """Host values need no copy."""
+        return value
+
+
+class ExecutionProvider(abc.ABC):
+    """Base class of every execution provider.
+
+    Class attributes a subclass sets: ``name`` (e.g. ``"CPUExecutionProvider"``),
+    ``vendor``, ``version`` (its package version), ``protocol_version`` and
+    ``option_schema``. The constructor receives the *validated* effective options.
+    """
+
+    name: ClassVar[str] = ""
+    vendor: ClassVar[str] = ""
+    version: ClassVar[str] = "0"
+    protocol_version: ClassVar[int] = PROTOCOL_VERSION
+    option_schema: ClassVar[OptionSchema] = OptionSchema()
+    #: Device names users pass to ``OrtValue``/``IOBinding`` for this provider's memory
+    #: (e.g. ``("cuda",)``); the provider's device type ("gpu", "npu") always works too.
+    device_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = (
+            dict(options) if options is not None else self.option_schema.defaults()
+        )
+
+    # -- discovery -------------------------------------------------------------------
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        """Whether the provider can run on this machine (libraries import, a device is
+        present). Cheap and side-effect free; called before instantiation."""
+        return ProbeResult(True)
+
+    @abc.abstractmethod
+    def devices(self) -> Sequence[Device]:
+        """The devices this provider instance drives; the first one runs its nodes."""
+
+    @property
+    def device(self) -> Device:
+        """The device this instance places values on."""
+        return self.devices()[0]
+
+    def effective_options(self) -> Mapping[str, Any]:
+        """The options in force (defaults filled in), as ``get_provider_options`` reports."""
+        return self.options
+
+    # -- partitioning and kernels ----------------------------------------------------
+    @abc.abstractmethod
+    def get_capability(self, graph: GraphView) -> Capability:
+        """Claim the nodes this provider will run; give a reason for each it refuses.
+
+        Called once per graph (and once per control-flow subgraph) with only the nodes
+        still unassigned being claimable; claims on taken nodes are ignored (single-node)
+        or rejected whole (fused).
+        """
+
+    def create_kernel(self, node: Node, info: KernelInfo) -> Kernel:
+        """Build the kernel for a node claimed with :class:`NodeClaim`."""
+        raise NotImplementedError(f"{self.name} claims no single nodes")
+
+    def compile(self, subgraphs: Sequence[FusedSubgraph]) -> Sequence[Kernel]:
+        """Turn each fused group into one kernel, in one batched call.
+
+        Each returned kernel's ``compute`` takes the group's ``inputs`` in order and
+        returns its ``outputs`` in order.
+        """
+        raise NotImplementedError(f"{self.name} claims no fused subgraphs")
+
+    # -- memory ----------------------------------------------------------------------
+    def data_transfer(self) -> DataTransfer:
+        """How values reach and leave this provider's memory."""
+        return HostOnlyTransfer()
+
+    def allocator(self) -> Allocator | None:
+        """The allocator for buffers on this provider's device (``None``: numpy's)."""
+        return None
+
+    def memory_stats(self) -> AllocatorStats | None:
+        """Statistics of the provider's allocator, when it has one."""
+        alloc = self.allocator()
+        return alloc.stats() if alloc is not None else None
+
+    def release_cached_memory(self) -> int:
+        """Give cached device memory back; return the bytes released."""
+        alloc = self.allocator()
+        return alloc.release_cached() if alloc is not None else 0
+
+    def describe(self, value: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        """Shape and dtype of a tensor value living on this provider's device."""
+        return tuple(value.shape), np.dtype(value.dtype)
+
+    # -- running -------------------------------------------------------------------
+    def supports_concurrent_runs(self) -> bool:
+        """Whether two threads may run kernels of this provider at once. If ``False``
+        the session serialises its runs."""
+        return True
+
+    def on_run_start(self, run_options: Any) -> None:
+        """Called before each run that uses this provider."""
+
+    def on_run_end(self, run_options: Any) -> None:
+        """Called after each run that uses this provider (also after a failed run)."""
+
+    def sync(self) -> None:
+        """Wait until work queued on the device has finished."""
+
+    def device_time_us(self, kernel: Kernel) -> float | None:
+        """Simulated or measured device time of the kernel's last compute, if known."""
+        return None
+
+
+class KernelRegistryProvider(ExecutionProvider):
+    """A provider that claims single nodes it has a registered kernel for."""
+
+    registry: ClassVar[KernelRegistry]
+
+    def get_capability(self, graph: GraphView) -> Capability:
+        """Claim each node with a kernel for its op, opset version and input types."""
+        claims: list[NodeClaim | FusedClaim] = []
+        refusals: list[Refusal] = []
+        for node in graph.nodes:
+            reason, category = self.refusal_reason(graph, node)
+            if reason:
+                refusals.append(Refusal(node.name, reason, category))
+            else:
+                claims.append(NodeClaim(node.name))
+        return Capability(claims, refusals)
+
+    def refusal_reason(self, graph: Graph, node: Node) -> tuple[str, str]:
+        """Why this provider cannot run ``node`` (empty when it can), and the category."""
+        kdef, why = self.registry.lookup(node.domain, node.op_type, graph.opset(node.domain))
+        if kdef is None:
+            return why, ("version" if "version" in why else "op")
+        why = kdef.unsupported_type(
+            [graph.value_type(n) if n else None for n in node.inputs],
+            [graph.value_type(n) if n else None for n in node.outputs],
+        )
+        return (why, "dtype") if why else ("", "")
+
+    def create_kernel(self, node: Node, info: KernelInfo) -> Kernel:
+        """Build the registered kernel for ``node``."""
+        kdef, why = self.registry.lookup(node.domain, node.op_type, info.opset)
+        if kdef is None:
+            raise NotImplementedError(why)
+        if kdef.since_version != info.since_version:
+            info = dataclasses.replace(info, since_version=kdef.since_version)
+        return kdef.factory(info)

@@ -1,0 +1,627 @@
+"""``InferenceSession``: load, check, optimize, place, plan — then run many times.
+
+Creation order: read the model (and its external data, checked) → validate it →
+apply free-dimension overrides and user initializers → optimize → infer shapes → build
+the graph IR → resolve the requested providers (warn, or fail in strict mode, for each
+that cannot be used) → partition → build the execution plan (kernels created once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.shape_inference
+
+from .discovery import CPU_PROVIDER, catalog
+from .dtypes import np_dtype, type_string
+from .errors import (
+    InvalidArgument,
+    InvalidInput,
+    OnyxError,
+    PartitionError,
+    ProviderUnavailable,
+)
+from .graph import Graph
+from .iobinding import IOBinding
+from .kernels import ValueType
+from .loader import LoadedModel, check_model, load_model
+from .logs import session_logger
+from .optimizer import optimize
+from .options import format_option_value
+from .ortvalue import OrtValue, resolve_device_provider
+from .partitioner import Partitioner
+from .placement import FallbackRecord, PlacementReport
+from .plan import ExecutionPlan, PlanContext, _Profile, build_plan
+from .profiling import Profiler
+from .protocol import ExecutionProvider
+from .session_options import (
+    DISABLE_CPU_FALLBACK_KEY,
+    PIN_NODES_KEY,
+    STRICT_PROVIDERS_KEY,
+    OrtExecutionProviderDevicePolicy,
+    RunOptions,
+    SessionOptions,
+    policy_device_order,
+)
+
+__all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning"]
+
+#: Where users can get the providers this project ships, for "not installed" messages.
+_KNOWN_PACKAGES = {
+    "CUDAExecutionProvider": "onyxrt-cuda",
+    "ROCMExecutionProvider": "onyxrt-rocm",
+    "SimNPUExecutionProvider": "onyxrt-simnpu",
+    "CPUExecutionProvider": "onyxrt-cpu",
+}
+
+
+class ProviderFallbackWarning(UserWarning):
+    """A requested provider could not be used; the session runs without it."""
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output: name, shape (ints, strings for symbolic dims, None for
+    unknown) and type string such as ``'tensor(float)'``."""
+
+    name: str
+    type: str
+    shape: list[int | str | None] | None
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The model's metadata (``get_modelmeta()``)."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+
+def _node_arg(name: str, vt: ValueType | None) -> NodeArg:
+    if vt is None:
+        return NodeArg(name, "unknown", None)
+    if vt.kind == "tensor":
+        tstr = type_string(vt.elem_type or 0)
+    else:
+        tstr = vt.kind
+    return NodeArg(name, tstr, list(vt.shape) if vt.shape is not None else None)
+
+
+@dataclass
+class _InputCheck:
+    name: str
+    dtype: np.dtype[Any] | None
+    shape: tuple[int | str | None, ...] | None
+    kind: str
+
+
+class InferenceSession:
+    """Runs one model. Same constructor and methods as ``onnxruntime.InferenceSession``.
+
+    >>> import onyxrt as ort                                          # doctest: +SKIP
+    >>> sess = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+    >>> sess.run(None, {"x": x})                                      # doctest: +SKIP
+    >>> print(sess.placement)                                         # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        path_or_bytes: Any,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            raise InvalidArgument(f"InferenceSession got unexpected arguments: {sorted(kwargs)}")
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        opts = self._sess_options
+        self._logger = session_logger(opts.logid, opts.log_severity_level)
+        self._profiler = Profiler(opts.profile_file_prefix, bool(opts.enable_profiling))
+        self._run_lock: threading.Lock | None = None
+        t0 = time.perf_counter()
+        self._loaded = self._load(path_or_bytes)
+        t1 = time.perf_counter()
+        self._profiler.session_event(
+            "model_loading_uri" if self._loaded.path else "model_loading_array", t0, t1
+        )
+        self._graph = self._prepare_graph()
+        self._inputs_check = self._build_input_checks()
+        self._build(providers, provider_options)
+        self._profiler.session_event("session_initialization", t1, time.perf_counter())
+
+    # -- creation --------------------------------------------------------------------
+    def _load(self, source: Any) -> LoadedModel:
+        loaded = load_model(source)
+        check_model(loaded)
+        proto = loaded.proto
+        opts = self._sess_options
+        if opts._free_dims_by_name or opts._free_dims_by_denotation:
+            _apply_free_dim_overrides(proto.graph, opts._free_dims_by_name, opts._free_dims_by_denotation)
+        for name, value in opts._initializers.items():
+            _replace_initializer(proto.graph, name, value)
+        return loaded
+
+    def _prepare_graph(self) -> Graph:
+        proto = optimize(self._loaded.proto, self._sess_options.graph_optimization_level)
+        if self._sess_options.optimized_model_filepath:
+            onnx.save_model(proto, self._sess_options.optimized_model_filepath)
+        self._model = proto
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as exc:  # shape inference is an aid; the model may still run
+            self._logger.info("shape inference failed (%s); continuing without it", exc)
+            inferred = proto
+        opsets = {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in proto.opset_import}
+        return Graph.from_proto(inferred.graph, opsets)
+
+    def _build(self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None) -> None:
+        requested = self._requested_providers(providers, provider_options)
+        instances, fallbacks = self._instantiate(requested)
+        opts = self._sess_options
+        ctx = PlanContext(
+            providers=instances,
+            partitioner=Partitioner(instances, pins=_parse_pins(opts.config_entries().get(PIN_NODES_KEY, ""))),
+            opsets=self._graph.opsets,
+            requested=tuple(name for name, _ in requested),
+            fallbacks=tuple(fallbacks),
+        )
+        plan = build_plan(self._graph, ctx)
+        placement = plan.placement
+        assert placement is not None
+        if opts.config_flag(DISABLE_CPU_FALLBACK_KEY):
+            on_cpu = [n.node for n in placement.nodes if n.provider == CPU_PROVIDER]
+            if on_cpu:
+                raise PartitionError(
+                    f"{DISABLE_CPU_FALLBACK_KEY}=1 but {len(on_cpu)} node(s) would run on the CPU "
+                    f"provider: {on_cpu[:10]}. See session.placement refusals for why the other "
+                    "providers declined them."
+                )
+        self._providers = instances
+        self._requested = requested
+        self._plan: ExecutionPlan = plan
+        self._run_lock = (
+            threading.Lock() if not all(p.supports_concurrent_runs() for p in instances) else None
+        )
+        for line in placement.summary_lines():
+            self._logger.info("%s", line)
+        for node in placement.nodes:
+            self._logger.debug("placement: node %s (%s) -> %s", node.node, node.op_type, node.provider)
+
+    def _requested_providers(
+        self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        opts = self._sess_options
+        if providers is None:
+            if provider_options is not None:
+                raise InvalidArgument("provider_options was given without providers")
+            return self._providers_from_devices() if opts.has_providers() else [(CPU_PROVIDER, {})]
+        if isinstance(providers, str):
+            raise InvalidArgument("providers must be a list, e.g. ['CPUExecutionProvider']")
+        if provider_options is not None and len(provider_options) != len(providers):
+            raise InvalidArgument(
+                f"provider_options has {len(provider_options)} entries but providers has "
+                f"{len(providers)}; give one options dict per provider"
+            )
+        result: list[tuple[str, dict[str, Any]]] = []
+        for i, entry in enumerate(providers):
+            if isinstance(entry, str):
+                name, options = entry, {}
+            elif isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str):
+                name, options = entry[0], dict(entry[1] or {})
+            else:
+                raise InvalidArgument(
+                    f"providers[{i}] must be a name or a (name, options) tuple, got {entry!r}"
+                )
+            if provider_options is not None:
+                options = {**options, **dict(provider_options[i] or {})}
+            if any(n == name for n, _ in result):
+                raise InvalidArgument(f"provider {name!r} is listed twice")
+            result.append((name, options))
+        return result
+
+    def _providers_from_devices(self) -> list[tuple[str, dict[str, Any]]]:
+        opts = self._sess_options
+        result: list[tuple[str, dict[str, Any]]] = []
+        for devices, options in opts._provider_devices:
+            for dev in devices:
+                name = getattr(dev, "ep_name", str(dev))
+                if all(n != name for n, _ in result):
+                    result.append((name, dict(options)))
+        if not result and opts._selection_policy is not None:
+            order = policy_device_order(OrtExecutionProviderDevicePolicy(int(opts._selection_policy)))
+            cat = catalog()
+            for kind in order:
+                for name in cat.available():
+                    if kind in cat.specs[name].device_types and all(n != name for n, _ in result):
+                        result.append((name, {}))
+                        break
+        return result or [(CPU_PROVIDER, {})]
+
+    def _instantiate(
+        self, requested: list[tuple[str, dict[str, Any]]]
+    ) -> tuple[list[ExecutionProvider], list[FallbackRecord]]:
+        cat = catalog()
+        strict = self._sess_options.config_flag(STRICT_PROVIDERS_KEY)
+        instances: list[ExecutionProvider] = []
+        fallbacks: list[FallbackRecord] = []
+        installed = cat.names()
+        for name, options in requested:
+            if name not in installed:
+                package = _KNOWN_PACKAGES.get(name)
+                reason = f"{name} is not installed." + cat.suggest(name)
+                fix = f"pip install {package}" if package else "install the package that provides it"
+                self._fallback(name, reason, fix, strict, fallbacks)
+                continue
+            status = cat.status(name)
+            if not status.usable:
+                self._fallback(name, status.reason, status.fix, strict, fallbacks)
+                continue
+            cls = cat.provider_class(name)
+            effective = cls.option_schema.validate(name, options)
+            try:
+                instances.append(cls(effective))
+            except OnyxError:
+                raise
+            except Exception as exc:
+                reason = f"{name} failed to start: {type(exc).__name__}: {exc}"
+                self._fallback(name, reason, "", strict, fallbacks)
+        if all(p.name != CPU_PROVIDER for p in instances):
+            if CPU_PROVIDER not in installed or not cat.status(CPU_PROVIDER).usable:
+                raise ProviderUnavailable(
+                    "the CPU provider is not available: "
+                    + (cat.status(CPU_PROVIDER).reason if CPU_PROVIDER in installed else "onyxrt-cpu is not installed")
+                    + ". Install it with: pip install onyxrt-cpu"
+                )
+            cls = cat.provider_class(CPU_PROVIDER)
+            instances.append(cls(cls.option_schema.defaults()))
+        else:
+            # CPU always goes last, whatever position the user gave it.
+            instances.sort(key=lambda p: p.name == CPU_PROVIDER)
+        return instances, fallbacks
+
+    def _fallback(self, name: str, reason: str, fix: str, strict: bool, fallbacks: list[FallbackRecord]) -> None:
+        if strict:
+            raise ProviderUnavailable(
+                f"{name} was requested but cannot be used: {reason}"
+                + (f" Fix: {fix}." if fix else "")
+                + f" (strict mode: {STRICT_PROVIDERS_KEY}=1)"
+            )
+        fallbacks.append(FallbackRecord(name, reason, fix))
+        message = (
+            f"{name} was requested but will not be used: {reason}"
+            + (f" Fix: {fix}." if fix else "")
+            + f" The session runs on the remaining providers; set the session config entry "
+            f"{STRICT_PROVIDERS_KEY}=1 to make this an error."
+        )
+        self._logger.info("%s", message)
+        # __init__/set_providers → _build → _instantiate → _fallback: point at the caller.
+        warnings.warn(message, ProviderFallbackWarning, stacklevel=5)
+
+    def _build_input_checks(self) -> dict[str, _InputCheck]:
+        checks = {}
+        for name in [*self._graph.inputs, *self._graph.overridable]:
+            vt = self._graph.value_type(name)
+            checks[name] = _InputCheck(
+                name,
+                vt.dtype if vt is not None else None,
+                vt.shape if vt is not None else None,
+                vt.kind if vt is not None else "unknown",
+            )
+        return checks
+
+    # -- running ---------------------------------------------------------------------
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """Run the model; return the requested outputs (all when ``output_names`` is None
+        or empty) as numpy arrays, in the order requested."""
+        names = self._output_names(output_names)
+        feeds = self._check_feeds(input_feed)
+        return self._execute(feeds, names, run_options, None)
+
+    def _execute(
+        self,
+        feeds: dict[str, Any],
+        names: list[str],
+        run_options: RunOptions | None,
+        keep_on_device: Mapping[str, bool] | None,
+    ) -> list[Any]:
+        profile = _Profile() if self._profiler.enabled else None
+        lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
+        with lock:
+            t0 = time.perf_counter()
+            outputs = self._plan.run(feeds, names, run_options, profile, keep_on_device)
+            t1 = time.perf_counter()
+        if profile is not None:
+            self._profiler.session_event("model_run", t0, t1)
+            self._profiler.node_events(self._plan, profile.events)
+        return outputs
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, OrtValue],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        """Run with ``OrtValue`` inputs; return ``OrtValue`` outputs."""
+        names = self._output_names(output_names)
+        feeds = self._check_feeds({k: v.numpy() for k, v in input_dict_ort_values.items()})
+        return [OrtValue(v) for v in self._execute(feeds, names, run_options, None)]
+
+    def io_binding(self) -> IOBinding:
+        """A new :class:`IOBinding` for this session."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None) -> None:
+        """Run with bound inputs and outputs; results via ``iobinding.get_outputs()``."""
+        bound_out = iobinding.outputs
+        names = self._output_names(list(bound_out) or None)
+        feeds = self._check_feeds({k: v.numpy() for k, v in iobinding.inputs.items()})
+        keep = {}
+        for name in names:
+            binding = bound_out.get(name)
+            if binding is None or binding.target is not None or binding.device_type == "cpu":
+                continue
+            _, owner = self._plan.output_slots[name]
+            producer = self._providers[owner]
+            target = resolve_device_provider(binding.device_type, binding.device_id)
+            keep[name] = target is not None and target.device.memory_space == producer.device.memory_space
+        values = self._execute(feeds, names, run_options, keep)
+        results: list[OrtValue] = []
+        for name, value in zip(names, values):
+            binding = bound_out.get(name)
+            if binding is None or binding.device_type == "cpu" and binding.target is None:
+                results.append(OrtValue(value))
+            elif binding.target is not None:
+                binding.target.update_inplace(value)
+                results.append(binding.target)
+            elif keep.get(name):
+                results.append(OrtValue(value, self._providers[self._plan.output_slots[name][1]]))
+            else:
+                results.append(OrtValue.ortvalue_from_numpy(value, binding.device_type, binding.device_id))
+        iobinding._set_results(results)
+
+    def _output_names(self, output_names: Sequence[str] | None) -> list[str]:
+        all_outputs = self._graph.outputs
+        if not output_names:
+            return list(all_outputs)
+        names = list(output_names)
+        for name in names:
+            if name not in self._plan.output_slots:
+                close = difflib.get_close_matches(name, all_outputs, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise InvalidArgument(
+                    f"unknown output name {name!r}.{hint} The model's outputs are: {all_outputs}"
+                )
+        return names
+
+    def _check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(input_feed, Mapping):
+            raise InvalidInput(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        checks = self._inputs_check
+        feeds: dict[str, Any] = {}
+        for name, value in input_feed.items():
+            check = checks.get(name)
+            if check is None:
+                close = difflib.get_close_matches(str(name), list(checks), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise InvalidInput(
+                    f"unknown input name {name!r}.{hint} The model's inputs are: {self._graph.inputs}"
+                )
+            feeds[name] = _check_feed(check, value)
+        missing = [n for n in self._graph.inputs if n not in feeds]
+        if missing:
+            raise InvalidInput(
+                f"required input(s) missing: {missing}. The model's inputs are: {self._graph.inputs}"
+            )
+        return feeds
+
+    # -- introspection -------------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        """The model's inputs (initializers excluded)."""
+        return [_node_arg(n, self._graph.value_type(n)) for n in self._graph.inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        """The model's outputs."""
+        return [_node_arg(n, self._graph.value_type(n)) for n in self._graph.outputs]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """Inputs that have an initializer as default value."""
+        return [_node_arg(n, self._graph.value_type(n)) for n in self._graph.overridable]
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model's metadata."""
+        m = self._model
+        return ModelMetadata(
+            producer_name=m.producer_name,
+            graph_name=m.graph.name,
+            domain=m.domain,
+            description=m.doc_string,
+            graph_description=m.graph.doc_string,
+            version=int(m.model_version),
+            custom_metadata_map={p.key: p.value for p in m.metadata_props},
+        )
+
+    def get_providers(self) -> list[str]:
+        """Providers in this session, in priority order (CPU last)."""
+        return [p.name for p in self._providers]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        """Effective options of each provider in the session, as strings."""
+        return {
+            p.name: {k: format_option_value(v) for k, v in p.effective_options().items()}
+            for p in self._providers
+        }
+
+    def set_providers(
+        self,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Rebuild the session's placement and plan with a new provider list."""
+        self._build(providers, provider_options)
+
+    def get_session_options(self) -> SessionOptions:
+        """The options the session was created with."""
+        return self._sess_options
+
+    @property
+    def placement(self) -> PlacementReport:
+        """Where each node runs, fused groups, copies, refusals and fallbacks."""
+        assert self._plan.placement is not None
+        return self._plan.placement
+
+    @property
+    def fallbacks(self) -> list[FallbackRecord]:
+        """Requested providers that could not be used, with the reasons."""
+        return list(self.placement.fallbacks)
+
+    def memory_stats(self) -> dict[str, dict[str, int | None]]:
+        """Allocator statistics per provider that has an allocator."""
+        result = {}
+        for p in self._providers:
+            stats = p.memory_stats()
+            if stats is not None:
+                result[p.name] = stats.as_dict()
+        return result
+
+    def release_cached_memory(self) -> int:
+        """Give every provider's cached memory back; return the bytes released."""
+        return sum(p.release_cached_memory() for p in self._providers)
+
+    def end_profiling(self) -> str:
+        """Stop profiling and write the trace; return its file name ('' if not profiling)."""
+        if not self._profiler.enabled:
+            return ""
+        return self._profiler.end()
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started (``time.perf_counter_ns`` clock)."""
+        return self._profiler.start_ns
+
+    def disable_fallback(self) -> None:
+        """Kept for onnxruntime compatibility: onyxrt never retries a failed creation on
+        CPU behind your back, so there is nothing to disable."""
+
+    def enable_fallback(self) -> None:
+        """Kept for onnxruntime compatibility (see :meth:`disable_fallback`)."""
+
+    def _sync_providers(self) -> None:
+        for p in self._providers:
+            p.sync()
+
+
+def _check_feed(check: _InputCheck, value: Any) -> Any:
+    if isinstance(value, OrtValue):
+        value = value.numpy()
+    if check.kind != "tensor":
+        return value
+    expected = check.dtype
+    if not isinstance(value, np.ndarray):
+        if isinstance(value, (list, tuple, int, float, bool, np.generic)) and not isinstance(value, str):
+            try:
+                value = np.asarray(value, dtype=expected)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInput(f"input {check.name!r}: cannot convert to {expected}: {exc}") from None
+        elif isinstance(value, str) and expected is not None and expected.kind == "O":
+            value = np.asarray(value, dtype=object)
+        else:
+            raise InvalidInput(
+                f"input {check.name!r}: expected a numpy array of {expected}, got {type(value).__name__}"
+            )
+    if expected is not None and value.dtype != expected:
+        if not (expected.kind == "O" and value.dtype.kind in "OUS"):
+            raise InvalidInput(
+                f"input {check.name!r}: unexpected data type {type_string(_code(value.dtype))}, "
+                f"expected {type_string(_code(expected))}. Convert it with .astype({_np_name(expected)})."
+            )
+        value = value.astype(object)
+    shape = check.shape
+    if shape is not None:
+        if value.ndim != len(shape):
+            raise InvalidInput(
+                f"input {check.name!r}: invalid rank {value.ndim} (shape {list(value.shape)}), "
+                f"expected rank {len(shape)} (shape {list(shape)})"
+            )
+        for axis, (got, want) in enumerate(zip(value.shape, shape)):
+            if isinstance(want, int) and got != want:
+                raise InvalidInput(
+                    f"input {check.name!r}: dimension {axis} is {got}, but the model fixes it to "
+                    f"{want} (got shape {list(value.shape)}, expected {list(shape)})"
+                )
+    return value
+
+
+def _code(dtype: np.dtype[Any]) -> int:
+    from .dtypes import onnx_elem_type
+
+    try:
+        return onnx_elem_type(dtype)
+    except TypeError:
+        return 0
+
+
+def _np_name(dtype: np.dtype[Any]) -> str:
+    return f"np.{dtype.name}" if dtype.kind in "biuf" else repr(str(dtype))
+
+
+def _parse_pins(text: str) -> dict[str, str]:
+    pins = {}
+    for item in filter(None, (s.strip() for s in text.split(";"))):
+        key, sep, provider = item.partition("=")
+        if not sep or not key.strip() or not provider.strip():
+            raise InvalidArgument(
+                f"{PIN_NODES_KEY}: expected 'node_or_op=Provider;...', got {item!r}"
+            )
+        pins[key.strip()] = provider.strip()
+    return pins
+
+
+def _apply_free_dim_overrides(graph: onnx.GraphProto, by_name: Mapping[str, int], by_denotation: Mapping[str, int]) -> None:
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        if not vi.type.HasField("tensor_type"):
+            continue
+        for dim in vi.type.tensor_type.shape.dim:
+            value = None
+            if dim.HasField("dim_param") and dim.dim_param in by_name:
+                value = by_name[dim.dim_param]
+            elif dim.denotation and dim.denotation in by_denotation:
+                value = by_denotation[dim.denotation]
+            if value is not None:
+                dim.ClearField("dim_param")
+                dim.dim_value = int(value)
+
+
+def _replace_initializer(graph: onnx.GraphProto, name: str, value: Any) -> None:
+    arr = value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
+    for i, t in enumerate(graph.initializer):
+        if t.name == name:
+            if tuple(t.dims) != arr.shape or np_dtype(t.data_type) != arr.dtype:
+                raise InvalidArgument(
+                    f"add_initializer({name!r}): shape {arr.shape} / dtype {arr.dtype} do not match "
+                    f"the model's {tuple(t.dims)} / {np_dtype(t.data_type)}"
+                )
+            graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(arr, name))
+            return
+    raise InvalidArgument(f"add_initializer({name!r}): the model has no initializer of that name")

@@ -1,0 +1,220 @@
+"""``SessionOptions``, ``RunOptions`` and their enums, as onnxruntime users know them.
+
+Session config entries onyxrt understands (``add_session_config_entry``):
+
+* ``session.strict_providers`` = ``"1"`` — a requested provider that is not installed or
+  not usable raises :class:`~onyxrt.errors.ProviderUnavailable` instead of warning and
+  falling back (see docs/providers.md, "Fallback policy").
+* ``session.disable_cpu_ep_fallback`` = ``"1"`` — creation fails if any node would run
+  on the CPU provider (onnxruntime's key).
+* ``session.pin_nodes`` = ``"node_or_op=Provider;..."`` — run the named nodes (or every
+  node of an op type) on a given provider.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidArgument
+
+__all__ = [
+    "GraphOptimizationLevel",
+    "ExecutionMode",
+    "ExecutionOrder",
+    "SessionOptions",
+    "RunOptions",
+    "STRICT_PROVIDERS_KEY",
+    "DISABLE_CPU_FALLBACK_KEY",
+    "PIN_NODES_KEY",
+    "OrtExecutionProviderDevicePolicy",
+    "policy_device_order",
+]
+
+STRICT_PROVIDERS_KEY = "session.strict_providers"
+DISABLE_CPU_FALLBACK_KEY = "session.disable_cpu_ep_fallback"
+PIN_NODES_KEY = "session.pin_nodes"
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """How much the graph optimizer may rewrite (onnxruntime's levels and values)."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    """Sequential (default) or parallel execution of independent branches."""
+
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    """Node ordering strategy (accepted for compatibility; onyxrt keeps model order)."""
+
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
+def _check_int(name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidArgument(f"SessionOptions.{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class SessionOptions:
+    """Options for creating an :class:`~onyxrt.InferenceSession` (onnxruntime's names)."""
+
+    def __init__(self) -> None:
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.execution_order = ExecutionOrder.DEFAULT
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.enable_profiling = False
+        self.profile_file_prefix = "onyxrt_profile"
+        self.optimized_model_filepath = ""
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
+        self.use_deterministic_compute = False
+        self._config: dict[str, str] = {}
+        self._free_dims_by_name: dict[str, int] = {}
+        self._free_dims_by_denotation: dict[str, int] = {}
+        self._initializers: dict[str, Any] = {}
+        self._provider_devices: list[tuple[list[Any], dict[str, Any]]] = []
+        self._selection_policy: Any = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Typos in option names are silent no-ops in onnxruntime; here they are errors.
+        if not name.startswith("_") and name not in _KNOWN_ATTRS:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(_KNOWN_ATTRS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise AttributeError(f"SessionOptions has no option {name!r}.{hint}")
+        if name == "graph_optimization_level":
+            value = GraphOptimizationLevel(int(value))
+        elif name == "execution_mode":
+            value = ExecutionMode(int(value))
+        elif name in ("intra_op_num_threads", "inter_op_num_threads"):
+            value = _check_int(name, value)
+        elif name == "log_severity_level":
+            value = _check_int(name, value)
+            if value > 4:
+                raise InvalidArgument("SessionOptions.log_severity_level must be 0 (verbose) .. 4 (fatal)")
+        object.__setattr__(self, name, value)
+
+    # -- config entries ----------------------------------------------------------------
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        """Set a session config entry (string key and value)."""
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        """The value of a session config entry; raises if it was never set."""
+        try:
+            return self._config[key]
+        except KeyError:
+            raise InvalidArgument(f"session config entry {key!r} is not set") from None
+
+    def config_entries(self) -> Mapping[str, str]:
+        """All config entries set on these options."""
+        return dict(self._config)
+
+    def config_flag(self, key: str) -> bool:
+        """Whether a boolean config entry is set to a true value."""
+        return self._config.get(key, "0").strip().lower() in ("1", "true", "yes", "on")
+
+    # -- model edits -------------------------------------------------------------------
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dimension ``dim_name`` to ``dim_value`` in the model's inputs."""
+        self._free_dims_by_name[str(dim_name)] = _check_int("dim_value", dim_value, 1)
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        """Fix every dimension with denotation ``dim_denotation`` (e.g. DATA_BATCH)."""
+        self._free_dims_by_denotation[str(dim_denotation)] = _check_int("dim_value", dim_value, 1)
+
+    def add_initializer(self, name: str, ortvalue: Any) -> None:
+        """Replace the initializer ``name`` with a value the caller owns."""
+        self._initializers[str(name)] = ortvalue
+
+    # -- device selection ---------------------------------------------------------------
+    def add_provider_for_devices(self, devices: list[Any], options: Mapping[str, Any] | None = None) -> None:
+        """Use the providers of these ``EpDevice`` objects (from ``get_ep_devices()``)."""
+        self._provider_devices.append((list(devices), dict(options or {})))
+
+    def set_provider_selection_policy(self, policy: Any) -> None:
+        """Choose providers automatically by a policy (see ``OrtExecutionProviderDevicePolicy``)."""
+        self._selection_policy = policy
+
+    def has_providers(self) -> bool:
+        """Whether device-based provider selection was configured."""
+        return bool(self._provider_devices) or self._selection_policy is not None
+
+
+_KNOWN_ATTRS = {
+    "graph_optimization_level", "execution_mode", "execution_order", "intra_op_num_threads",
+    "inter_op_num_threads", "enable_profiling", "profile_file_prefix", "optimized_model_filepath",
+    "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena",
+    "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute",
+}
+
+
+class RunOptions:
+    """Options for one ``run`` call. Set ``terminate = True`` from another thread to stop
+    runs using these options (they raise :class:`~onyxrt.errors.RunTerminated`)."""
+
+    def __init__(self) -> None:
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.terminate = False
+        self.only_execute_path_to_fetches = False
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        """Set a run config entry."""
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        """The value of a run config entry; raises if it was never set."""
+        try:
+            return self._config[key]
+        except KeyError:
+            raise InvalidArgument(f"run config entry {key!r} is not set") from None
+
+
+class OrtExecutionProviderDevicePolicy(enum.IntEnum):
+    """Automatic provider selection policies (onnxruntime's names).
+
+    Device order for the preferring policies: the preferred type first, then NPU, GPU,
+    CPU. onyxrt maps MAX_PERFORMANCE to PREFER_GPU and MAX_EFFICIENCY/MIN_OVERALL_POWER to
+    PREFER_NPU.
+    """
+
+    DEFAULT = 0
+    PREFER_CPU = 1
+    PREFER_NPU = 2
+    PREFER_GPU = 3
+    MAX_PERFORMANCE = 4
+    MAX_EFFICIENCY = 5
+    MIN_OVERALL_POWER = 6
+
+
+def policy_device_order(policy: OrtExecutionProviderDevicePolicy) -> tuple[str, ...]:
+    """Device types in preference order for ``policy``."""
+    P = OrtExecutionProviderDevicePolicy
+    if policy in (P.PREFER_NPU, P.MAX_EFFICIENCY, P.MIN_OVERALL_POWER):
+        return ("npu", "gpu", "cpu")
+    if policy in (P.PREFER_GPU, P.MAX_PERFORMANCE):
+        return ("gpu", "npu", "cpu")
+    return ("cpu",)

@@ -1,0 +1,1 @@
+"""Helpers for testing onyxrt and the providers built on it."""

@@ -1,0 +1,116 @@
+"""The ONNX node conformance suite, run through :mod:`onyxrt.backend`.
+
+Cases come from the installed onnx package (``collect_testcases``) and are checked with
+onnx's own comparison (``Runner.assert_similar_outputs``, the suite's tolerances), so a
+pass here is a pass in ``onnx.backend.test.BackendTest``.
+
+    python -m onyxrt.testing.conformance            # count, and failures by reason
+    python -m onyxrt.testing.conformance Conv Relu  # only cases whose name contains these
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from onnx.backend.test.case.test_case import TestCase
+
+__all__ = ["node_cases", "model_cases", "check_case", "CaseResult", "run_cases", "main"]
+
+
+def node_cases() -> list[TestCase]:
+    """Every node case the installed onnx generates (1884 at onnx 1.23)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(collect_testcases())
+
+
+def model_cases() -> list[TestCase]:
+    """The real-model cases onnx ships (``collect_testcases`` of the model package)."""
+    from onnx.backend.test.case.model import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(collect_testcases())
+
+
+def check_case(case: TestCase, device: str = "CPU") -> None:
+    """Prepare the case's model with onyxrt and compare every data set's outputs.
+
+    Raises AssertionError (mismatch) or the onyxrt error that stopped it.
+    """
+    from onnx.backend.test.runner import Runner
+
+    from .. import backend
+
+    rep = backend.prepare(case.model, device)
+    for inputs, expected in case.data_sets or ():
+        outputs = list(rep.run([_as_value(v) for v in inputs]))
+        Runner.assert_similar_outputs(
+            [_as_value(v) for v in expected], outputs, rtol=case.rtol, atol=case.atol
+        )
+
+
+def _as_value(value: Any) -> Any:
+    """Data sets hold some tensors as ``TensorProto`` (types numpy lacks); onnx's runner
+    reads those with ``numpy_helper.to_array`` when it loads them from disk."""
+    import onnx
+    from onnx import numpy_helper
+
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [_as_value(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The outcome of one case."""
+
+    name: str
+    passed: bool
+    error: str = ""
+
+
+def run_cases(cases: Iterable[TestCase], device: str = "CPU") -> list[CaseResult]:
+    """Run cases, catching every failure (the result says what went wrong)."""
+    results = []
+    for case in cases:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check_case(case, device)
+        except Exception as exc:  # report, never stop the suite
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            results.append(CaseResult(case.name, False, f"{type(exc).__name__}: {first[:300]}"))
+        else:
+            results.append(CaseResult(case.name, True))
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the pass count and the failures grouped by error."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cases: list[Any] = node_cases()
+    if args:
+        cases = [c for c in cases if any(a.lower() in c.name.lower() for a in args)]
+    results = run_cases(cases)
+    failed = [r for r in results if not r.passed]
+    by_error: dict[str, list[str]] = collections.defaultdict(list)
+    for r in failed:
+        by_error[r.error[:120]].append(r.name)
+    for error, names in sorted(by_error.items(), key=lambda kv: -len(kv[1])):
+        print(f"{len(names):4d}  {error}\n      {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+    print(f"node conformance: {len(results) - len(failed)} passed, {len(failed)} failed of {len(results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Project sessions: demo, tests, per-plugin tests, lint, typecheck, bench.
+
+    nox -s demo          # install everything, run the demo (the README's first command)
+    nox -s tests         # the whole test suite (what CI runs)
+    nox -s tests_core    # core tests only, with the CPU plugin
+    nox -s "plugin(cpu)" # one plugin: fresh env with core + that plugin, smoke import, its tests
+    nox -s lint typecheck
+
+Every session builds its own virtualenv and installs the packages from this checkout, so
+a fresh clone needs nothing but Python and nox.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+# Test-only dependencies (onnxruntime is a test oracle only, never a runtime dependency).
+TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime>=1.20", "onnx==1.23.2"]
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "venv"
+
+
+def _plugin_distribution(name: str) -> str:
+    data = tomllib.loads((ROOT / "plugins" / name / "pyproject.toml").read_text())
+    return str(data["project"]["name"])
+
+
+def _install_project(session: nox.Session, plugins: list[str]) -> None:
+    """Install the core and the given plugins from this checkout (one pip call, so the
+    core's dependency on onyxrt-cpu resolves to the local plugin)."""
+    paths = ["."] + [f"./plugins/{p}" for p in sorted(set(plugins) | {"cpu"})]
+    session.install(*paths)
+
+
+def _installable_plugins() -> list[str]:
+    """Plugins installed together in the demo and full test sessions."""
+    return PLUGINS
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Install onyxrt with its plugins and run the demo on a model it builds."""
+    _install_project(session, _installable_plugins())
+    session.run("python", "-m", "onyxrt.demo", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole suite: core tests, every installable plugin's tests, conformance count."""
+    _install_project(session, _installable_plugins())
+    session.install(*TEST_REQUIREMENTS)
+    test_dirs = ["tests"] + [f"plugins/{p}/tests" for p in _installable_plugins() if (ROOT / "plugins" / p / "tests").is_dir()]
+    session.run("python", "-m", "pytest", *test_dirs, *session.posargs)
+
+
+@nox.session
+def tests_core(session: nox.Session) -> None:
+    """Core tests only (the CPU plugin is installed, as the core depends on it)."""
+    _install_project(session, [])
+    session.install(*TEST_REQUIREMENTS)
+    session.run("python", "-m", "pytest", "tests", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("plugin", PLUGINS)
+def plugin(session: nox.Session, plugin: str) -> None:
+    """Fresh env with the core and one plugin: smoke-import it, then run its tests."""
+    _install_project(session, [plugin])
+    session.install(*TEST_REQUIREMENTS)
+    dist = _plugin_distribution(plugin)
+    session.run(
+        "python", "-c",
+        "import importlib.metadata as md, onyxrt; "
+        f"eps = [e for e in md.entry_points(group='onyxrt.providers') if e.dist.name == {dist!r}]; "
+        f"assert eps, 'no onyxrt.providers entry point from {dist}'; "
+        "[e.load() for e in eps]; "
+        "print('providers:', onyxrt.get_all_providers(), 'usable:', onyxrt.get_available_providers())",
+    )
+    tests_dir = ROOT / "plugins" / plugin / "tests"
+    if tests_dir.is_dir():
+        session.run("python", "-m", "pytest", str(tests_dir), *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    session.install("ruff")
+    session.run("ruff", "check", "core", "plugins", "tests", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy on the core."""
+    _install_project(session, [])
+    session.install("mypy")
+    session.run("mypy", "core/onyxrt")
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """Print the ONNX node-conformance count and the failures grouped by reason."""
+    _install_project(session, [])
+    session.install(*TEST_REQUIREMENTS)
+    session.run("python", "-m", "onyxrt.testing.conformance", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks side by side with onnxruntime (see benchmarks/)."""
+    _install_project(session, _installable_plugins())
+    session.install(*TEST_REQUIREMENTS)
+    session.run("python", "benchmarks/run.py", *session.posargs)

@@ -1,0 +1,28 @@
+"""The CPU provider's kernels: one module per operator family, all in one registry.
+
+Importing this package imports every family module, whose decorators fill ``registry``.
+"""
+
+from __future__ import annotations
+
+from onyxrt.kernels import KernelRegistry
+
+registry = KernelRegistry("CPUExecutionProvider")
+
+# Family modules register themselves on import; the order does not matter.
+from . import (  # noqa: E402,F401
+    activation,
+    conv,
+    elementwise,
+    generator,
+    indexing,
+    linalg,
+    logical,
+    normalization,
+    pool,
+    reduction,
+    resize,
+    shape,
+)
+
+__all__ = ["registry"]

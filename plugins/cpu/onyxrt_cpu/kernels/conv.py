@@ -1,0 +1,442 @@
+"""CPU kernels: convolutions (Conv, ConvTranspose, ConvInteger).
+
+Conv runs as im2col + one batched matmul per group: the kernel taps of the padded input
+are gathered into a ``(N, group, C/group * taps, L)`` column array and multiplied by the
+weight prepacked as ``(group, M/group, C/group * taps)``. A 1x1, stride-1, unpadded conv
+is a plain matmul; depthwise convs (one input channel per group) accumulate the taps
+with vectorized multiply-adds. ConvTranspose is the adjoint: one matmul to columns, then
+a strided scatter-add of each tap into the output (col2im). float16/bfloat16 compute in
+float32; ConvInteger computes exactly in float64 (int8 products summed far below 2**53).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from onyxrt.errors import InvalidGraph
+from onyxrt.kernels import Kernel, KernelInfo
+
+from . import registry
+from ._spatial import (
+    SpatialAttrs,
+    Window,
+    compute_dtype,
+    pad_spatial,
+    prod,
+    read_spatial_attrs,
+    taps,
+    window,
+)
+
+__all__ = ["Conv", "ConvTranspose", "ConvInteger", "conv_forward"]
+
+
+def _group(info: KernelInfo) -> int:
+    group = int(info.attr("group", 1))
+    if group < 1:
+        raise InvalidGraph(f"node {info.node_name!r} ({info.op_type}): group={group} must be >= 1")
+    return group
+
+
+def _same_array(a: np.ndarray, b: np.ndarray | None) -> bool:
+    """Whether ``a`` holds exactly the constant ``b`` (cheap identity check first)."""
+    if b is None:
+        return False
+    if a is b:
+        return True
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+
+
+def _pack_conv_weight(w: np.ndarray, group: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """(M, C/g, *K) → contiguous (g, M/g, C/g * prod(K)) in ``dtype``."""
+    m = w.shape[0]
+    if m % group:
+        raise ValueError(f"W has {m} output channels, not divisible by group={group}")
+    return np.ascontiguousarray(w.reshape(group, m // group, -1), dtype=dtype)
+
+
+def conv_forward(
+    x: np.ndarray,
+    wp: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    win: Window,
+    pad_value: Any = 0,
+) -> np.ndarray:
+    """Convolve ``x`` (N, C, *S) with packed weights ``wp`` (g, M/g, C/g*taps).
+
+    ``x`` and ``wp`` share the compute dtype; returns (N, M, *out) in that dtype.
+    """
+    n, c = x.shape[:2]
+    group, m_per_g, k_per_g = wp.shape
+    if c % group:
+        raise ValueError(f"X has {c} channels, not divisible by group={group}")
+    c_per_g = c // group
+    ntaps = prod(kernel)
+    if c_per_g * ntaps != k_per_g:
+        raise ValueError(
+            f"W expects {k_per_g // ntaps * group} input channels (group={group}), X has {c}"
+        )
+    out = win.out_shape
+    L = prod(out)
+    m = group * m_per_g
+    if ntaps == 1 and all(s == 1 for s in strides) and not win.padded:
+        # 1x1 stride-1 conv: a plain (batched) matmul, no column array.
+        y = np.matmul(wp, x.reshape(n, group, c_per_g, L))
+        return y.reshape((n, m) + out)
+    xp = pad_spatial(
+        x,
+        win.pads_begin,
+        tuple(e + x_ for e, x_ in zip(win.pads_end, win.extra_end, strict=True)),
+        pad_value,
+    )
+    if c_per_g == 1 and group > 1 and ntaps > 1:
+        return _depthwise(xp, wp, kernel, strides, dilations, out).reshape((n, m) + out)
+    return _im2col_matmul(xp, wp, kernel, strides, dilations, out).reshape((n, m) + out)
+
+
+# Column arrays are built in chunks of at most this many bytes (bounded memory, cache reuse).
+_COLS_BUDGET = 1 << 25
+# Depthwise accumulators are processed in channel blocks of about this many bytes.
+_DW_BLOCK = 1 << 19
+
+
+def _im2col_matmul(
+    xp: np.ndarray,
+    wp: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    out: tuple[int, ...],
+) -> np.ndarray:
+    """General conv on the padded input: gather taps into columns, one matmul per group.
+
+    Large problems are cut into chunks of images and of rows along the first spatial axis
+    so the column array stays within ``_COLS_BUDGET``.
+    """
+    n, c = xp.shape[:2]
+    group, m_per_g, k_per_g = wp.shape
+    ntaps = prod(kernel)
+    rest = prod(out[1:])
+    row_bytes = c * ntaps * rest * xp.dtype.itemsize  # one image, one first-axis output row
+    image_bytes = row_bytes * out[0]
+    if n * image_bytes <= _COLS_BUDGET:
+        nb, rb = n, out[0]
+    elif image_bytes <= _COLS_BUDGET:
+        nb, rb = _COLS_BUDGET // image_bytes, out[0]
+    else:
+        nb, rb = 1, max(1, _COLS_BUDGET // row_bytes)
+    if nb >= n and rb >= out[0]:
+        return np.matmul(
+            wp,
+            _columns(xp, kernel, strides, dilations, out, 0, out[0]).reshape(n, group, k_per_g, -1),
+        )
+    y = np.empty((n, group, m_per_g) + out, dtype=xp.dtype)
+    for n0 in range(0, n, nb):
+        xs = xp[n0 : n0 + nb]
+        for r0 in range(0, out[0], rb):
+            r1 = min(out[0], r0 + rb)
+            cols = _columns(xs, kernel, strides, dilations, out, r0, r1)
+            part = np.matmul(wp, cols.reshape(xs.shape[0], group, k_per_g, -1))
+            y[n0 : n0 + nb, :, :, r0:r1] = part.reshape(part.shape[:3] + (r1 - r0,) + out[1:])
+    return y
+
+
+def _columns(
+    xp: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    out: tuple[int, ...],
+    r0: int,
+    r1: int,
+) -> np.ndarray:
+    """im2col of output rows [r0, r1) of the first spatial axis: (N, C, *K, r1-r0, *out[1:])."""
+    nsp = len(kernel)
+    sub = (r1 - r0,) + out[1:]
+    keff = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True))
+    rows = xp[:, :, r0 * strides[0] : (r1 - 1) * strides[0] + keff[0]]
+    view = sliding_window_view(rows, keff, axis=tuple(range(2, 2 + nsp)))
+    # view: (N, C, *window starts, *window offsets) → pick strided starts, dilated offsets.
+    view = view[
+        (slice(None), slice(None))
+        + tuple(slice(0, (o - 1) * st + 1, st) for o, st in zip(sub, strides, strict=True))
+        + tuple(slice(None, None, d) for d in dilations)
+    ]
+    order = (0, 1) + tuple(range(2 + nsp, 2 + 2 * nsp)) + tuple(range(2, 2 + nsp))
+    return np.ascontiguousarray(view.transpose(order))
+
+
+def _depthwise(
+    xp: np.ndarray,
+    wp: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    out: tuple[int, ...],
+) -> np.ndarray:
+    """Conv with one input channel per group: multiply-add tap by tap.
+
+    The padded input is split into stride phases (phase ``a`` of an axis holds elements
+    ``a, a+s, a+2s, ...``), so every tap reads a *stride-1* window of one phase. Each
+    phase is stored flat with a fixed row pitch, which makes that window one contiguous
+    1-D slice: every multiply-add runs over a long contiguous inner loop. The outputs are
+    computed on the pitch grid (a few junk columns per row) and cropped at the end.
+    Channels are processed in blocks so the accumulator stays in cache across the taps.
+    Returns (N, group, M/group, *out).
+    """
+    n = xp.shape[0]
+    group, m_per_g, ntaps = wp.shape
+    nsp = len(out)
+    # Tap t on axis k reads phase (t*d) % s at shift (t*d) // s, output index o → o + shift.
+    max_shift = [((k - 1) * d) // st for k, d, st in zip(kernel, dilations, strides, strict=True)]
+    ph_len = [o + sh for o, sh in zip(out, max_shift, strict=True)]
+    ph_len[0] += 1  # the flat windows of the last rows run up to one row past the end
+    nphase = prod(strides)
+    phases = np.zeros((n, group) + tuple(strides) + tuple(ph_len), dtype=xp.dtype)
+    lead = (slice(None), slice(None))
+    for phase in itertools.product(*(range(st) for st in strides)):
+        src = xp[lead + tuple(slice(a, None, st) for a, st in zip(phase, strides, strict=True))]
+        src = src[lead + tuple(slice(0, pl) for pl in ph_len)]
+        phases[lead + phase + tuple(slice(0, sz) for sz in src.shape[2:])] = src
+    flat = phases.reshape(n, group, nphase, prod(ph_len))
+    pitch = [prod(ph_len[k + 1 :]) for k in range(nsp)]
+    lq = out[0] * pitch[0]
+    tap_src: list[tuple[int, int]] = []
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        pos = [t * d for t, d in zip(tap, dilations, strict=True)]
+        ph = int(np.ravel_multi_index([p % st for p, st in zip(pos, strides, strict=True)],
+                                      strides))  # fmt: skip
+        off = sum((p // st) * pt for p, st, pt in zip(pos, strides, pitch, strict=True))
+        tap_src.append((ph, off))
+    wd = wp.reshape(group, m_per_g, ntaps)
+    acc_all = np.empty((n, group, m_per_g, lq), dtype=xp.dtype)
+    per_channel = n * m_per_g * lq * xp.dtype.itemsize
+    cb = max(1, min(group, _DW_BLOCK // max(1, per_channel)))
+    for c0 in range(0, group, cb):
+        c1 = min(group, c0 + cb)
+        fb = flat[:, c0:c1, :, None]
+        wb = wd[c0:c1, :, :, None]
+        acc = acc_all[:, c0:c1]
+        tmp = np.empty(acc.shape, dtype=xp.dtype)
+        for i, (ph, off) in enumerate(tap_src):
+            src = fb[:, :, ph, :, off : off + lq]
+            if i == 0:
+                np.multiply(src, wb[:, :, i], out=acc)
+            else:
+                np.multiply(src, wb[:, :, i], out=tmp)
+                acc += tmp
+    grid = acc_all.reshape((n, group, m_per_g, out[0]) + tuple(ph_len[1:]))
+    return np.ascontiguousarray(grid[(Ellipsis,) + tuple(slice(0, o) for o in out[1:])])
+
+
+class _ConvBase(Kernel):
+    """Attribute parsing shared by Conv and ConvInteger."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.group = _group(info)
+        self.attrs: SpatialAttrs = read_spatial_attrs(info)
+
+    def _geometry(
+        self, x: np.ndarray, w: np.ndarray
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Window]:
+        if x.ndim < 3:
+            raise ValueError(f"X must have rank >= 3 (N, C, spatial...), got shape {x.shape}")
+        if w.ndim != x.ndim:
+            raise ValueError(f"W has rank {w.ndim}, X has rank {x.ndim}; they must match")
+        nsp = x.ndim - 2
+        kernel = tuple(int(k) for k in w.shape[2:])
+        if self.attrs.kernel_shape is not None and self.attrs.kernel_shape != kernel:
+            raise ValueError(
+                f"kernel_shape {list(self.attrs.kernel_shape)} does not match W's spatial "
+                f"shape {list(kernel)}"
+            )
+        k, s, d, pb, pe = self.attrs.resolve(nsp, kernel)
+        win = window(x.shape[2:], k, s, d, pb, pe, self.attrs.auto_pad)
+        return k, s, d, win
+
+
+@registry.register("Conv", since=(1, 11, 22))
+class Conv(_ConvBase):
+    """N-d convolution with groups, strides, dilations, pads/auto_pad and optional bias."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self._w_src = info.constant(1)
+        self._w_packed: np.ndarray | None = None
+        if isinstance(self._w_src, np.ndarray) and self._w_src.ndim >= 3:
+            cdt = compute_dtype(self._w_src.dtype)
+            try:
+                self._w_packed = _pack_conv_weight(self._w_src, self.group, cdt)
+            except ValueError as exc:
+                raise InvalidGraph(f"node {info.node_name!r} (Conv): {exc}") from None
+
+    def compute(self, x, w, b=None):
+        k, s, d, win = self._geometry(x, w)
+        cdt = compute_dtype(x.dtype)
+        if (
+            self._w_packed is not None
+            and self._w_packed.dtype == cdt
+            and _same_array(w, self._w_src)
+        ):
+            wp = self._w_packed
+        else:
+            wp = _pack_conv_weight(w, self.group, cdt)
+        y = conv_forward(x.astype(cdt, copy=False), wp, k, s, d, win)
+        if b is not None:
+            y += b.astype(cdt, copy=False).reshape((-1,) + (1,) * len(k))
+        return (y.astype(x.dtype, copy=False),)
+
+
+@registry.register("ConvInteger", since=10)
+class ConvInteger(_ConvBase):
+    """Integer convolution of (x - x_zero_point) and (w - w_zero_point) into int32."""
+
+    def compute(self, x, w, x_zero_point=None, w_zero_point=None):
+        k, s, d, win = self._geometry(x, w)
+        xf = x.astype(np.float64)
+        if x_zero_point is not None:
+            if np.size(x_zero_point) != 1:
+                raise ValueError("x_zero_point must be a scalar (per-tensor)")
+            xf -= float(np.asarray(x_zero_point).reshape(()))
+        wf = w.astype(np.float64)
+        if w_zero_point is not None:
+            wz = np.asarray(w_zero_point, dtype=np.float64)
+            if wz.size == 1:
+                wf -= float(wz.reshape(()))
+            elif wz.size == w.shape[0]:
+                wf -= wz.reshape((-1,) + (1,) * (w.ndim - 1))
+            else:
+                raise ValueError(f"w_zero_point has {wz.size} values; expected 1 or {w.shape[0]}")
+        wp = _pack_conv_weight(wf, self.group, np.dtype(np.float64))
+        # Padding with x's zero point is padding with 0 once it is subtracted.
+        y = conv_forward(xf, wp, k, s, d, win)
+        return (np.rint(y).astype(np.int32),)
+
+
+def _pack_convtranspose_weight(w: np.ndarray, group: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """(C, M/g, *K) → contiguous (g, M/g * taps, C/g) in ``dtype``."""
+    c = w.shape[0]
+    if c % group:
+        raise ValueError(f"W has {c} input channels, not divisible by group={group}")
+    wg = w.reshape(group, c // group, -1)
+    return np.ascontiguousarray(wg.transpose(0, 2, 1), dtype=dtype)
+
+
+@registry.register("ConvTranspose", since=(1, 11, 22))
+class ConvTranspose(Kernel):
+    """Transposed N-d convolution (output_padding, output_shape, group, dilations, auto_pad)."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.group = _group(info)
+        self.attrs = read_spatial_attrs(info)
+        op = info.attr("output_padding")
+        self.output_padding = tuple(int(v) for v in op) if op is not None else None
+        os_ = info.attr("output_shape")
+        self.output_shape = tuple(int(v) for v in os_) if os_ is not None else None
+        if self.output_padding is not None and any(v < 0 for v in self.output_padding):
+            raise InvalidGraph(
+                f"node {info.node_name!r} (ConvTranspose): output_padding "
+                f"{list(self.output_padding)} must be >= 0"
+            )
+        self._w_src = info.constant(1)
+        self._w_packed: np.ndarray | None = None
+        if isinstance(self._w_src, np.ndarray) and self._w_src.ndim >= 3:
+            try:
+                self._w_packed = _pack_convtranspose_weight(
+                    self._w_src, self.group, compute_dtype(self._w_src.dtype)
+                )
+            except ValueError as exc:
+                raise InvalidGraph(f"node {info.node_name!r} (ConvTranspose): {exc}") from None
+
+    def _out_geometry(
+        self, in_shape: tuple[int, ...], kernel: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(strides, dilations, pads_begin, out_shape) for this input."""
+        nsp = len(in_shape)
+        k, s, d, pb, pe = self.attrs.resolve(nsp, kernel)
+        opad = self.output_padding or (0,) * nsp
+        if len(opad) != nsp:
+            raise ValueError(f"output_padding has {len(opad)} values, expected {nsp}")
+        full = tuple(
+            st * (n - 1) + op + (kk - 1) * dd + 1
+            for n, kk, st, dd, op in zip(in_shape, k, s, d, opad, strict=True)
+        )
+        auto = self.attrs.auto_pad
+        target: tuple[int, ...] | None = None
+        if self.output_shape is not None:
+            target = self.output_shape[-nsp:]
+            if len(target) != nsp:
+                raise ValueError(f"output_shape {list(self.output_shape)} has too few dims")
+        elif auto in ("SAME_UPPER", "SAME_LOWER"):
+            target = tuple(n * st for n, st in zip(in_shape, s, strict=True))
+        if target is not None:
+            begin = []
+            for f, t in zip(full, target, strict=True):
+                total = f - t
+                half = total // 2
+                begin.append(half if auto == "SAME_UPPER" else total - half)
+            return s, d, tuple(begin), tuple(target)
+        if auto == "VALID":
+            return s, d, (0,) * nsp, full
+        out = tuple(f - b - e for f, b, e in zip(full, pb, pe, strict=True))
+        if any(o <= 0 for o in out):
+            raise ValueError(f"ConvTranspose output shape {list(out)} is not positive")
+        return s, d, tuple(pb), out
+
+    def compute(self, x, w, b=None):
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise ValueError(f"X {x.shape} and W {w.shape} must both have rank >= 3")
+        n, c = x.shape[:2]
+        nsp = x.ndim - 2
+        kernel = tuple(int(v) for v in w.shape[2:])
+        if self.attrs.kernel_shape is not None and self.attrs.kernel_shape != kernel:
+            raise ValueError(
+                f"kernel_shape {list(self.attrs.kernel_shape)} does not match W's spatial "
+                f"shape {list(kernel)}"
+            )
+        if w.shape[0] != c:
+            raise ValueError(f"W has {w.shape[0]} input channels, X has {c}")
+        g = self.group
+        cdt = compute_dtype(x.dtype)
+        if (
+            self._w_packed is not None
+            and self._w_packed.dtype == cdt
+            and _same_array(w, self._w_src)
+        ):
+            wt = self._w_packed
+        else:
+            wt = _pack_convtranspose_weight(w, g, cdt)
+        in_sp = tuple(int(v) for v in x.shape[2:])
+        s, d, pb, out = self._out_geometry(in_sp, kernel)
+        m = w.shape[1] * g
+        L = prod(in_sp)
+        xs = x.astype(cdt, copy=False).reshape(n, g, c // g, L)
+        cols = np.matmul(wt, xs).reshape((n, m, prod(kernel)) + in_sp)
+        # Scatter-add each tap into a buffer covering both the full result and the
+        # requested output window (pads may be negative when output_shape asks for more).
+        lo = tuple(min(0, p) for p in pb)
+        span = tuple(
+            (ni - 1) * st + (kk - 1) * dd + 1
+            for ni, st, kk, dd in zip(in_sp, s, kernel, d, strict=True)
+        )
+        hi = tuple(max(sp, p + o) for sp, p, o in zip(span, pb, out, strict=True))
+        buf = np.zeros((n, m) + tuple(h - lw for h, lw in zip(hi, lo, strict=True)), dtype=cdt)
+        lead = (slice(None), slice(None))
+        for i, (tap, _) in enumerate(taps(kernel, s, d, in_sp)):
+            dst = tuple(
+                slice(t * dd - lw, t * dd - lw + (ni - 1) * st + 1, st)
+                for t, dd, lw, ni, st in zip(tap, d, lo, in_sp, s, strict=True)
+            )
+            buf[lead + dst] += cols[:, :, i]
+        crop = tuple(slice(p - lw, p - lw + o) for p, lw, o in zip(pb, lo, out, strict=True))
+        y = buf[lead + crop]
+        if b is not None:
+            y = y + b.astype(cdt, copy=False).reshape((-1,) + (1,) * nsp)
+        return (np.ascontiguousarray(y, dtype=x.dtype),)

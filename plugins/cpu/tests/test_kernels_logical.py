@@ -1,0 +1,200 @@
+"""Tests for the CPU logical kernels (onyxrt_cpu.kernels.logical).
+
+The onnx node conformance cases run straight through the registry; targeted tests cover what
+they leave out (legacy broadcasting of opset 1, float16/bfloat16 and every integer type,
+string equality, Where over strings and three-way broadcasting), checked against
+onnxruntime or numpy truth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from kernel_cases import iter_cases, run_case
+from onnx import TensorProto, helper
+from onyxrt.dtypes import np_dtype, onnx_elem_type
+from onyxrt.kernels import KernelInfo
+from onyxrt_cpu.kernels import registry
+
+OPS = [
+    "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor",
+    "Where",
+]  # fmt: skip
+
+# Conformance cases these kernels cannot pass, with the reason. None today.
+XFAIL: dict[str, str] = {}
+
+BF16 = np_dtype(TensorProto.BFLOAT16)
+
+
+def _params():
+    for case in iter_cases(OPS):
+        marks = []
+        if case.name in XFAIL:
+            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
+        yield pytest.param(case, id=case.name, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_params()))
+def test_conformance(case):
+    run_case(case)
+
+
+def test_every_schema_version_is_registered():
+    schemas = onnx.defs.get_all_schemas_with_history()
+    for op in OPS:
+        versions = {s.since_version for s in schemas if s.name == op and s.domain == ""}
+        for v in versions:
+            assert ("", op, v) in registry, f"{op}-{v} is not registered"
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def ours(op, inputs, opset, **attrs):
+    """Run our kernel for ``op`` at ``opset`` on ``inputs``; check inputs stay unchanged."""
+    node = helper.make_node(op, [f"in{i}" for i in range(len(inputs))], ["out"], **attrs)
+    kdef, reason = registry.lookup("", op, opset)
+    assert kdef is not None, reason
+    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version)
+    kernel = kdef.factory(info)
+    copies = [np.array(x, copy=True) for x in inputs]
+    outs = kernel.compute(*inputs)
+    assert isinstance(outs, tuple)
+    assert isinstance(outs[0], np.ndarray)
+    for x, c in zip(inputs, copies, strict=True):
+        assert x.dtype == c.dtype
+        assert x.tolist() == c.tolist() if x.dtype.kind == "O" else x.tobytes() == c.tobytes()
+    return outs[0]
+
+
+def onnxrt(op, inputs, opset, out_type=TensorProto.BOOL, **attrs):
+    """Run ``op`` at ``opset`` in onnxruntime (the oracle)."""
+    node = helper.make_node(op, [f"in{i}" for i in range(len(inputs))], ["out"], **attrs)
+    graph_inputs = [
+        helper.make_tensor_value_info(f"in{i}", onnx_elem_type(x.dtype), list(x.shape))
+        for i, x in enumerate(inputs)
+    ]
+    graph = helper.make_graph(
+        [node], "g", graph_inputs, [helper.make_tensor_value_info("out", out_type, None)]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {f"in{i}": x for i, x in enumerate(inputs)})[0]
+
+
+def _values(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    v = rng.integers(0, 4, size=shape)  # few distinct values, so ties are common
+    return v.astype(dtype)
+
+
+COMPARE = {
+    "Equal": (np.equal, 19),
+    "Less": (np.less, 13),
+    "LessOrEqual": (np.less_equal, 16),
+    "Greater": (np.greater, 13),
+    "GreaterOrEqual": (np.greater_equal, 16),
+}
+TYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
+         np.uint16, np.uint32, np.uint64, BF16]  # fmt: skip
+
+
+@pytest.mark.parametrize("op", sorted(COMPARE))
+@pytest.mark.parametrize("dtype", TYPES, ids=lambda d: np.dtype(d).name)
+def test_comparisons_all_types_broadcast(op, dtype):
+    fn, opset = COMPARE[op]
+    a = _values((2, 3, 4), dtype, 1)
+    b = _values((3, 1), dtype, 2)
+    got = ours(op, [a, b], opset)
+    assert got.dtype == np.bool_ and got.shape == (2, 3, 4)
+    np.testing.assert_array_equal(got, fn(a.astype(np.float64), b.astype(np.float64)))
+
+
+@pytest.mark.parametrize("op", sorted(COMPARE))
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.float64])
+def test_comparisons_vs_ort(op, dtype):
+    _, opset = COMPARE[op]
+    a = _values((4, 5), dtype, 3)
+    b = _values((5,), dtype, 4)
+    np.testing.assert_array_equal(ours(op, [a, b], opset), onnxrt(op, [a, b], opset))
+
+
+def test_comparisons_with_nan():
+    a = np.array([np.nan, 1.0, np.nan], dtype=np.float32)
+    b = np.array([np.nan, np.nan, 1.0], dtype=np.float32)
+    for op, (_, opset) in COMPARE.items():
+        np.testing.assert_array_equal(ours(op, [a, b], opset), [False] * 3)
+
+
+def test_equal_strings():
+    a = np.array([["x", "y"], ["z", ""]], dtype=object)
+    b = np.array(["x", ""], dtype=object)
+    got = ours("Equal", [a, b], 19)
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, [[True, False], [False, True]])
+    np.testing.assert_array_equal(got, onnxrt("Equal", [a, b], 19))
+    mixed = ours("Equal", [np.array([b"x", b"q"], dtype=object), b], 19)
+    np.testing.assert_array_equal(mixed, [True, False])
+
+
+@pytest.mark.parametrize("opset", [1, 6])
+def test_legacy_broadcast_comparisons_and_logic(opset):
+    a = _values((2, 3, 4), np.int32, 5)
+    b = _values((3,), np.int32, 6)
+    got = ours("Greater", [a, b], opset, broadcast=1, axis=1)
+    np.testing.assert_array_equal(got, a > b[None, :, None])
+    got = ours("Equal", [a, b[:1].reshape(1, 1)], opset, broadcast=1)
+    np.testing.assert_array_equal(got, a == b[0])
+    x = a > 1
+    y = b > 1
+    np.testing.assert_array_equal(
+        ours("And", [x, y], opset, broadcast=1, axis=-2), x & y[None, :, None]
+    )
+    yz = _values((4,), np.int32, 7) > 1
+    np.testing.assert_array_equal(ours("Xor", [x, yz], opset, broadcast=1), x ^ yz)
+    with pytest.raises(ValueError, match="broadcast"):
+        ours("Or", [x, yz], opset)
+
+
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
+def test_logic_broadcast_vs_ort(op):
+    a = _values((3, 4, 5), np.int32, 8) > 1
+    b = _values((4, 1), np.int32, 9) > 1
+    got = ours(op, [a, b], 7)
+    assert got.dtype == np.bool_ and got.shape == (3, 4, 5)
+    np.testing.assert_array_equal(got, onnxrt(op, [a, b], 7))
+
+
+def test_not():
+    x = np.array([[True, False]])
+    got = ours("Not", [x], 1)
+    np.testing.assert_array_equal(got, [[False, True]])
+    assert ours("Not", [np.array(True)], 1).shape == ()
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float16, np.int64, np.uint8, np.bool_, BF16], ids=str
+)
+def test_where_three_way_broadcast(dtype):
+    c = _values((2, 1, 4), np.int32, 10) > 1
+    x = _values((3, 1), dtype, 11)
+    y = _values((4,), dtype, 12)
+    got = ours("Where", [c, x, y], 16)
+    assert got.dtype == np.dtype(dtype) and got.shape == (2, 3, 4)
+    np.testing.assert_array_equal(got, np.where(c, x, y))
+    if dtype in (np.float32, np.int64, np.uint8):
+        out_type = onnx_elem_type(np.dtype(dtype))
+        np.testing.assert_array_equal(got, onnxrt("Where", [c, x, y], 16, out_type=out_type))
+
+
+def test_where_strings_and_old_version():
+    c = np.array([True, False, True])
+    x = np.array(["a", "b", "c"], dtype=object)
+    y = np.array(["z"], dtype=object)
+    got = ours("Where", [c, x, y], 9)
+    assert got.dtype == object and got.tolist() == ["a", "z", "c"]
+    want = onnxrt("Where", [c, x, y], 9, out_type=TensorProto.STRING)
+    assert got.tolist() == want.tolist()

@@ -1,0 +1,178 @@
+"""Discovery through entry points, with fake distributions on sys.path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import onyxrt as ort
+from onyxrt.discovery import catalog
+from onyxrt.errors import DuplicateProviderError
+
+GOOD_PLUGIN = """
+from onyxrt.hookspecs import ProviderSpec, hookimpl
+
+def _load():
+    from toy_provider import ToyDeviceExecutionProvider
+    return ToyDeviceExecutionProvider
+
+@hookimpl
+def onyxrt_providers():
+    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
+"""
+
+BROKEN_PLUGIN = """
+raise ImportError("libmyaccel.so.3: cannot open shared object file")
+"""
+
+UNUSABLE_PLUGIN = """
+from onyxrt.hookspecs import ProviderSpec, hookimpl
+from onyxrt.protocol import ProbeResult
+from toy_provider import ToyDeviceExecutionProvider
+
+class NoDeviceProvider(ToyDeviceExecutionProvider):
+    name = "NoDeviceExecutionProvider"
+
+    @classmethod
+    def probe(cls):
+        return ProbeResult(False, "no NoDevice card found (driver said: device 0 absent)",
+                           fix="plug in the card")
+
+@hookimpl
+def onyxrt_providers():
+    return [ProviderSpec("NoDeviceExecutionProvider", lambda: NoDeviceProvider, priority=80,
+                         device_types=("npu",))]
+"""
+
+OLD_PROTOCOL_PLUGIN = """
+from onyxrt.hookspecs import ProviderSpec, hookimpl
+from toy_provider import ToyDeviceExecutionProvider
+
+@hookimpl
+def onyxrt_providers():
+    return [ProviderSpec("FutureExecutionProvider", lambda: ToyDeviceExecutionProvider,
+                         protocol_version=99)]
+"""
+
+
+def test_cpu_provider_comes_from_its_entry_point():
+    assert "CPUExecutionProvider" in ort.get_available_providers()
+    assert ort.get_available_providers()[-1] == "CPUExecutionProvider"
+    assert catalog().specs["CPUExecutionProvider"].package == "onyxrt-cpu"
+
+
+def test_third_party_provider_found_through_entry_point(plugin_site):
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    available = ort.get_available_providers()
+    assert available[0] == "ToyDeviceExecutionProvider"
+    assert available[-1] == "CPUExecutionProvider"
+    spec = catalog().specs["ToyDeviceExecutionProvider"]
+    assert (spec.package, spec.package_version) == ("onyxrt-toy", "1.0")
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == "ToyDeviceExecutionProvider"]
+    assert devices and devices[0].device.type == "npu" and devices[0].device.virtual
+
+
+def test_plugin_failing_to_import_is_isolated_and_reported(plugin_site):
+    plugin_site.add_distribution("onyxrt-broken", {"broken": "broken_plugin"}, {"broken_plugin": BROKEN_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    assert "ToyDeviceExecutionProvider" in ort.get_available_providers()
+    failures = catalog().failures
+    assert len(failures) == 1
+    assert failures[0].package == "onyxrt-broken"
+    assert "libmyaccel.so.3" in failures[0].error
+
+
+def test_unusable_provider_is_listed_but_not_available(plugin_site):
+    plugin_site.add_distribution("onyxrt-nodev", {"nodev": "nodev_plugin"}, {"nodev_plugin": UNUSABLE_PLUGIN})
+    assert "NoDeviceExecutionProvider" in ort.get_all_providers()
+    assert "NoDeviceExecutionProvider" not in ort.get_available_providers()
+    status = catalog().status("NoDeviceExecutionProvider")
+    assert not status.usable and "device 0 absent" in status.reason and status.fix == "plug in the card"
+    listed = [d for d in ort.get_ep_devices() if d.ep_name == "NoDeviceExecutionProvider"]
+    assert listed[0].state == "not usable" and "device 0 absent" in listed[0].reason
+
+
+def test_requesting_an_unusable_provider_warns_with_the_reason_and_runs_on_cpu(plugin_site, add_relu_model):
+    plugin_site.add_distribution("onyxrt-nodev", {"nodev": "nodev_plugin"}, {"nodev_plugin": UNUSABLE_PLUGIN})
+    with pytest.warns(ort.ProviderFallbackWarning, match="device 0 absent"):
+        sess = ort.InferenceSession(add_relu_model.SerializeToString(),
+                                    providers=["NoDeviceExecutionProvider", "CPUExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    assert sess.fallbacks[0].provider == "NoDeviceExecutionProvider"
+    assert "plug in the card" in sess.fallbacks[0].fix
+
+
+def test_duplicate_provider_name_is_an_error_naming_both_packages(plugin_site):
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy-fork", {"toyfork": "toy_fork_plugin"}, {"toy_fork_plugin": GOOD_PLUGIN})
+    with pytest.raises(DuplicateProviderError) as err:
+        ort.get_available_providers()
+    assert "onyxrt-toy" in str(err.value) and "onyxrt-toy-fork" in str(err.value)
+
+
+def test_protocol_version_mismatch_is_reported_not_loaded(plugin_site):
+    plugin_site.add_distribution("onyxrt-future", {"future": "future_plugin"}, {"future_plugin": OLD_PROTOCOL_PLUGIN})
+    assert "FutureExecutionProvider" not in ort.get_all_providers()
+    (failure,) = catalog().failures
+    assert "protocol version 99" in failure.error and failure.package == "onyxrt-future"
+
+
+def test_environment_variable_restricts_plugins(plugin_site, monkeypatch):
+    plugin_site.add_distribution("onyxrt-broken", {"broken": "broken_plugin"}, {"broken_plugin": BROKEN_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    monkeypatch.setenv("ONYXRT_PLUGINS", "cpu,onyxrt-toy")
+    from onyxrt.discovery import reset_catalog
+
+    reset_catalog()
+    assert ort.get_available_providers() == ["ToyDeviceExecutionProvider", "CPUExecutionProvider"]
+    assert catalog().failures == []  # the broken plugin was never imported
+    monkeypatch.setenv("ONYXRT_PLUGINS", "-toy")
+    reset_catalog()
+    assert "ToyDeviceExecutionProvider" not in ort.get_all_providers()
+    assert any("toy" in e for e in catalog().excluded)
+
+
+def test_two_provider_placement_with_copies(plugin_site):
+    """A second device with its own memory: nodes split, copies inserted and counted."""
+    from conftest import make_model, tensor
+    from onnx import helper
+
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    w = np.array([1.0, -2.0, 3.0, -4.0], np.float32)
+    model = make_model(
+        [
+            helper.make_node("Add", ["x", "w"], ["a"], name="add"),
+            helper.make_node("Relu", ["a"], ["r"], name="relu"),
+            helper.make_node("Softmax", ["r"], ["s"], name="softmax", axis=-1),
+            helper.make_node("Mul", ["s", "w"], ["y"], name="mul"),
+        ],
+        [tensor("x", [2, 4])],
+        [tensor("y", [2, 4])],
+        {"w": w},
+    )
+    sess = ort.InferenceSession(model.SerializeToString(),
+                                providers=["ToyDeviceExecutionProvider", "CPUExecutionProvider"])
+    report = sess.placement
+    assert report.nodes_by_provider() == {
+        "ToyDeviceExecutionProvider": ["add", "relu", "mul"],
+        "CPUExecutionProvider": ["softmax"],
+    }
+    assert report.partitions == 3
+    per_run = [(c.value, c.src, c.dst, c.nbytes) for c in report.copies_per_run]
+    assert per_run == [
+        ("x", "cpu", "toy:0", 32),
+        ("r", "toy:0", "cpu", 32),
+        ("s", "cpu", "toy:0", 32),
+        ("y", "toy:0", "cpu", 32),
+    ]
+    assert [(c.value, c.per_run) for c in report.copies if not c.per_run] == [("w", False)]
+    refused = report.refusals_for("softmax")
+    assert refused and refused[0].provider == "ToyDeviceExecutionProvider"
+
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    r = np.maximum(x + w, 0)
+    e = np.exp(r - r.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True) * w, rtol=1e-6)
+    toy = sess._providers[0]
+    assert (toy.transfer.to_device, toy.transfer.to_host) == (1 + 2, 2)  # w once; x, s; r, y

@@ -1,0 +1,105 @@
+"""A toy "device" provider with its own memory space, for tests.
+
+Values on the toy device are :class:`ToyBuffer` objects that refuse implicit conversion
+to numpy, so any value the core forgets to copy fails loudly. It claims Add, Mul and
+Relu (float32 only) and records every transfer, like a real accelerator's provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onyxrt.devices import Device
+from onyxrt.dtypes import FLOAT_TYPES
+from onyxrt.hookspecs import ProviderSpec, hookimpl
+from onyxrt.kernels import Kernel, KernelRegistry
+from onyxrt.options import Option, OptionSchema
+from onyxrt.protocol import KernelRegistryProvider
+
+TOY_SPACE = "toy:0"
+registry = KernelRegistry("ToyDeviceExecutionProvider")
+
+
+class ToyBuffer:
+    """A tensor in toy device memory; the host cannot read it directly."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self._data = np.array(data, copy=True)
+        self.shape = self._data.shape
+        self.dtype = self._data.dtype
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError("ToyBuffer lives in toy device memory; copy it to the host first")
+
+
+class ToyTransfer:
+    """Host ↔ toy copies, counted."""
+
+    def __init__(self) -> None:
+        self.to_device = 0
+        self.to_host = 0
+
+    def can_copy(self, src: Device, dst: Device) -> bool:
+        spaces = {src.memory_space, dst.memory_space}
+        return spaces <= {"cpu", TOY_SPACE} and src.memory_space != dst.memory_space
+
+    def copy(self, value: Any, src: Device, dst: Device) -> Any:
+        if dst.memory_space == TOY_SPACE:
+            self.to_device += 1
+            assert isinstance(value, np.ndarray), f"host value expected, got {type(value)}"
+            return ToyBuffer(value)
+        self.to_host += 1
+        assert isinstance(value, ToyBuffer), f"toy value expected, got {type(value)}"
+        return value._data.copy()
+
+
+def _binary(fn: Any) -> type[Kernel]:
+    class Binary(Kernel):
+        def compute(self, a: ToyBuffer, b: ToyBuffer) -> tuple[ToyBuffer]:
+            assert isinstance(a, ToyBuffer) and isinstance(b, ToyBuffer)
+            return (ToyBuffer(fn(a._data, b._data)),)
+
+    return Binary
+
+
+registry.register("Add", since=(7, 13, 14), types={"T": {np.float32}})(_binary(np.add))
+registry.register("Mul", since=(7, 13, 14), types={"T": {np.float32}})(_binary(np.multiply))
+
+
+@registry.register("Relu", since=(6, 13, 14), types={"T": FLOAT_TYPES})
+class ToyRelu(Kernel):
+    def compute(self, x: ToyBuffer) -> tuple[ToyBuffer]:
+        assert isinstance(x, ToyBuffer)
+        return (ToyBuffer(np.maximum(x._data, 0)),)
+
+
+class ToyDeviceExecutionProvider(KernelRegistryProvider):
+    """A kernel-registry provider whose values live in their own memory space."""
+
+    name: ClassVar[str] = "ToyDeviceExecutionProvider"
+    vendor: ClassVar[str] = "onyxrt tests"
+    device_names: ClassVar[tuple[str, ...]] = ("toy",)
+    registry = registry
+    option_schema: ClassVar[OptionSchema] = OptionSchema([Option("device_id", int, 0, minimum=0, maximum=0)])
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.transfer = ToyTransfer()
+
+    def devices(self) -> Sequence[Device]:
+        return (Device("npu", "onyxrt tests", virtual=True, memory_space=TOY_SPACE),)
+
+    def data_transfer(self) -> ToyTransfer:
+        return self.transfer
+
+
+def _load() -> type[ToyDeviceExecutionProvider]:
+    return ToyDeviceExecutionProvider
+
+
+@hookimpl
+def onyxrt_providers() -> list[ProviderSpec]:
+    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
