@@ -40,7 +40,7 @@ _CACHE_SIZE = 16
 # When a linear/cubic axis is applied as one dense (out, in) matmul instead of taps-many
 # gathers and multiply-adds: on the innermost axis (where gathers are element-wise and slow)
 # up to _DENSE_LAST inputs, elsewhere with >= 4 taps up to _DENSE_PER_TAP inputs per tap.
-_DENSE_LAST = 512
+_DENSE_LAST = 256
 _DENSE_PER_TAP = 64
 _DENSE_MAX = 1 << 20
 
