@@ -12,10 +12,10 @@ a fresh clone needs nothing but Python and nox.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import nox
+import tomllib
 
 ROOT = Path(__file__).parent
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())

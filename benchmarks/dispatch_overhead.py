@@ -14,7 +14,6 @@ import statistics
 import time
 
 import numpy as np
-
 import onyxrt
 from onyxrt.testing.models import add_chain
 

@@ -11,7 +11,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
 from onyxrt.discovery import reset_catalog
 
 TESTS_DIR = Path(__file__).parent
@@ -76,3 +75,24 @@ def add_relu_model() -> onnx.ModelProto:
         [tensor("y", ["N", 3])],
         {"w": np.array([1.0, -2.0, 3.0], np.float32)},
     )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
+    """Print the ONNX node-conformance count when the suite ran."""
+    passed = failed = 0
+    for outcome in ("passed", "failed", "xfailed", "xpassed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "test_node_conformance.py::test_node_case" not in getattr(report, "nodeid", ""):
+                continue
+            if report.when != "call" and outcome != "xfailed":
+                continue
+            if outcome in ("passed", "xpassed"):
+                passed += 1
+            else:
+                failed += 1
+    if passed or failed:
+        terminalreporter.write_sep("=", "ONNX node conformance (CPU provider)")
+        terminalreporter.write_line(
+            f"node conformance: {passed} of {passed + failed} cases pass "
+            f"({failed} listed in tests/conformance/exclusions.py with reasons)"
+        )

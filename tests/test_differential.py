@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
-
 import onyxrt
+import pytest
 from onyxrt.testing import models
 
 ort = pytest.importorskip("onnxruntime")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import onyxrt as ort
+import pytest
 from onyxrt.discovery import catalog
 from onyxrt.errors import DuplicateProviderError
 

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-
 from onyxrt.devices import Device
 from onyxrt.dtypes import FLOAT_TYPES
 from onyxrt.hookspecs import ProviderSpec, hookimpl

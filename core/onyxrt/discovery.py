@@ -165,7 +165,8 @@ class ProviderCatalog:
             if impl.plugin is not plugin:
                 continue
             try:
-                specs = list(impl.function() or ())
+                returned: Any = impl.function()
+                specs = list(returned or ())
             except Exception as exc:
                 self.failures.append(
                     PluginFailure(ep.name, package,

@@ -227,7 +227,7 @@ def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node
 
     implicit: list[tuple[str, ...]] = []
     deps: list[set[int]] = []
-    for i, node in enumerate(protos):
+    for node in protos:
         outer: set[str] = set()
         for attr in node.attribute:
             for g in _attr_graphs(attr):

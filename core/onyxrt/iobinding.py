@@ -24,7 +24,8 @@ __all__ = ["IOBinding"]
 def _array_from_pointer(ptr: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     buf = (ctypes.c_char * nbytes).from_address(int(ptr))
-    return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.frombuffer(memoryview(buf), dtype=dtype, count=count).reshape(shape)
 
 
 class _OutputBinding:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 __all__ = ["SEVERITY_TO_LEVEL", "set_default_logger_severity", "default_severity", "session_logger"]
 
@@ -22,15 +23,15 @@ SEVERITY_TO_LEVEL = {
 _default_severity = 2
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg,unused-ignore]
     """A stream handler bound to whatever ``sys.stderr`` is when a record is written."""
 
-    @property  # type: ignore[override]
-    def stream(self):  # type: ignore[no-untyped-def]
+    @property  # type: ignore[override,unused-ignore]
+    def stream(self) -> Any:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:  # type: ignore[no-untyped-def]
+    def stream(self, value: Any) -> None:
         pass
 
 

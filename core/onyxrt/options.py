@@ -10,7 +10,7 @@ options (defaults filled in). ``get_provider_options()`` reports those back as s
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +134,7 @@ class OptionSchema:
             for alias in opt.aliases:
                 self._aliases[alias] = opt.name
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Option]:
         return iter(self.options.values())
 
     def defaults(self) -> dict[str, Any]:

@@ -78,25 +78,25 @@ class Partitioner:
                 capability = provider.get_capability(graph)
             except Exception as exc:  # a faulty plugin must not take the session down
                 logger.warning("%s.get_capability raised %s: %s", provider.name, type(exc).__name__, exc)
-                for node in graph.nodes:
-                    if node.name not in unit_of:
+                for free in graph.nodes:
+                    if free.name not in unit_of:
                         refusals.append(RefusalRecord(
-                            node.name, node.op_type, provider.name,
+                            free.name, free.op_type, provider.name,
                             f"get_capability raised {type(exc).__name__}: {exc}", "other"))
                 continue
             for r in capability.refusals:
-                node = by_name.get(r.node)
-                if node is not None and r.node not in unit_of:
-                    refusals.append(RefusalRecord(r.node, node.op_type, provider.name, r.reason, r.category))
+                refused = by_name.get(r.node)
+                if refused is not None and r.node not in unit_of:
+                    refusals.append(RefusalRecord(r.node, refused.op_type, provider.name, r.reason, r.category))
             for claim in capability.claims:
                 if isinstance(claim, NodeClaim):
-                    node = by_name.get(claim.node)
-                    if node is None or node.name in unit_of:
+                    claimed = by_name.get(claim.node)
+                    if claimed is None or claimed.name in unit_of:
                         continue
-                    if node.name in pinned and pinned[node.name] != pi:
+                    if claimed.name in pinned and pinned[claimed.name] != pi:
                         continue
-                    unit_of[node.name] = len(units)
-                    units.append(Unit(pi, node=node))
+                    unit_of[claimed.name] = len(units)
+                    units.append(Unit(pi, node=claimed))
                 elif isinstance(claim, FusedClaim):
                     why = self._fused_claim_problem(graph, claim, by_name, unit_of, units, pinned, pi)
                     if why:
@@ -116,11 +116,11 @@ class Partitioner:
         missing = [n for n in graph.nodes if n.name not in unit_of]
         if missing:
             lines = []
-            for node in missing[:10]:
-                why = [f"{r.provider}: {r.reason}" for r in refusals if r.node == node.name]
-                if node.name in pinned:
-                    why.append(f"pinned to {self.providers[pinned[node.name]].name}, which did not claim it")
-                lines.append(f"node {node.name!r} ({node.qualified_op}): " + ("; ".join(why) or "no provider claimed it"))
+            for lost in missing[:10]:
+                reasons = [f"{r.provider}: {r.reason}" for r in refusals if r.node == lost.name]
+                if lost.name in pinned:
+                    reasons.append(f"pinned to {self.providers[pinned[lost.name]].name}, which did not claim it")
+                lines.append(f"node {lost.name!r} ({lost.qualified_op}): " + ("; ".join(reasons) or "no provider claimed it"))
             more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
             raise NotImplementedOp("no provider in this session can run: " + " | ".join(lines) + more)
 
@@ -246,10 +246,10 @@ def _order_units(graph: Graph, units: list[Unit], unit_of: Mapping[str, int]) ->
     while ready:
         _, ui = heapq.heappop(ready)
         order.append(units[ui])
-        for d in dependents[ui]:
-            indegree[d] -= 1
-            if indegree[d] == 0:
-                heapq.heappush(ready, (first[d], d))
+        for nxt in dependents[ui]:
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                heapq.heappush(ready, (first[nxt], nxt))
     if len(order) != len(units):
         raise PartitionError("the fused groups form a cycle; this is a partitioner bug, please report it")
     return order

@@ -26,9 +26,7 @@ __all__ = ["Profiler"]
 def _type_shape(values: Sequence[Any]) -> list[dict[str, list[int]]]:
     out = []
     for v in values:
-        if isinstance(v, np.ndarray):
-            out.append({str(v.dtype): list(v.shape)})
-        elif v is not None and hasattr(v, "shape") and hasattr(v, "dtype"):  # device arrays
+        if isinstance(v, np.ndarray) or v is not None and hasattr(v, "shape") and hasattr(v, "dtype"):
             out.append({str(v.dtype): list(v.shape)})
     return out
 

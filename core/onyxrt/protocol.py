@@ -287,11 +287,11 @@ class KernelRegistryProvider(ExecutionProvider):
         kdef, why = self.registry.lookup(node.domain, node.op_type, graph.opset(node.domain))
         if kdef is None:
             return why, ("version" if "version" in why else "op")
-        why = kdef.unsupported_type(
+        bad_type = kdef.unsupported_type(
             [graph.value_type(n) if n else None for n in node.inputs],
             [graph.value_type(n) if n else None for n in node.outputs],
         )
-        return (why, "dtype") if why else ("", "")
+        return (bad_type, "dtype") if bad_type else ("", "")
 
     def create_kernel(self, node: Node, info: KernelInfo) -> Kernel:
         """Build the registered kernel for ``node``."""

@@ -234,3 +234,84 @@ def taps(
 def prod(values: Sequence[int]) -> int:
     """Product of ints (1 for an empty sequence)."""
     return math.prod(values)
+
+
+@dataclass(frozen=True)
+class FlatTaps:
+    """A padded input re-laid out so that every kernel tap is one contiguous slice.
+
+    The (implicitly) padded input is split into stride phases (phase ``a`` of an axis holds
+    padded positions ``a, a+s, a+2s, ...``), so a tap reads a *stride-1* window of one
+    phase; each phase is stored flat with a fixed pitch, which turns that window into a
+    contiguous 1-D slice of length ``lq``. Results computed tap by tap on this pitch grid
+    have a few junk positions per row, removed by :meth:`crop`.
+    """
+
+    flat: np.ndarray  # (*lead, n_phases, prod(grid))
+    tap_slices: tuple[tuple[int, int], ...]  # per tap (row-major): (phase, offset)
+    grid: tuple[int, ...]  # phase shape; outputs live on (out[0], *grid[1:])
+    out: tuple[int, ...]
+
+    @property
+    def lq(self) -> int:
+        """Length of each tap slice: the output rows on the pitch grid."""
+        return self.out[0] * prod(self.grid[1:])
+
+    def tap(self, i: int) -> np.ndarray:
+        """Tap ``i``'s values for every grid output: a (*lead, lq) view."""
+        phase, off = self.tap_slices[i]
+        return self.flat[..., phase, off : off + self.lq]
+
+    def crop(self, values: np.ndarray) -> np.ndarray:
+        """(*lead, lq) grid values → contiguous (*lead, *out)."""
+        lead = values.shape[:-1]
+        g = values.reshape(lead + (self.out[0],) + self.grid[1:])
+        return np.ascontiguousarray(g[(Ellipsis,) + tuple(slice(0, o) for o in self.out[1:])])
+
+
+def flat_taps(
+    x: np.ndarray,
+    pads_begin: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out: Sequence[int],
+    fill: Any = 0,
+) -> FlatTaps:
+    """Lay ``x`` (padded by ``pads_begin`` and ``fill`` everywhere past its end) out as
+    :class:`FlatTaps` for a window over its last ``len(kernel)`` axes. One copy of ``x``."""
+    nsp = len(kernel)
+    lead = x.shape[: x.ndim - nsp]
+    in_sp = x.shape[x.ndim - nsp :]
+    out = tuple(out)
+    # Tap t on an axis reads phase (t*d) % s at shift (t*d) // s: output o reads o + shift.
+    max_shift = [((k - 1) * d) // s for k, d, s in zip(kernel, dilations, strides, strict=True)]
+    grid = [o + sh for o, sh in zip(out, max_shift, strict=True)]
+    grid[0] += 1  # the flat windows of the last rows run up to one row past the end
+    phases = np.full(lead + tuple(strides) + tuple(grid), fill, dtype=x.dtype)
+    keep = (slice(None),) * len(lead)
+    for phase in itertools.product(*(range(s) for s in strides)):
+        dst: list[slice] = []
+        src: list[slice] = []
+        for a, s, pb, n, g in zip(phase, strides, pads_begin, in_sp, grid, strict=True):
+            # Phase position j holds padded position a + s*j, i.e. input index a + s*j - pb.
+            j0 = max(0, -(-(pb - a) // s))
+            j1 = min(g, -(-(n + pb - a) // s))
+            if j1 <= j0:
+                break
+            dst.append(slice(j0, j1))
+            start = a + s * j0 - pb
+            src.append(slice(start, start + s * (j1 - j0 - 1) + 1, s))
+        else:
+            phases[keep + phase + tuple(dst)] = x[keep + tuple(src)]
+    flat = phases.reshape(lead + (prod(strides), prod(grid)))
+    pitch = [prod(grid[k + 1 :]) for k in range(nsp)]
+    tap_slices = []
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        pos = [t * d for t, d in zip(tap, dilations, strict=True)]
+        ph = 0
+        for p, s in zip(pos, strides, strict=True):
+            ph = ph * s + p % s
+        off = sum((p // s) * pt for p, s, pt in zip(pos, strides, pitch, strict=True))
+        tap_slices.append((ph, off))
+    return FlatTaps(flat, tuple(tap_slices), tuple(grid), out)

@@ -11,7 +11,6 @@ float32; ConvInteger computes exactly in float64 (int8 products summed far below
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from ._spatial import (
     SpatialAttrs,
     Window,
     compute_dtype,
+    flat_taps,
     pad_spatial,
     prod,
     read_spatial_attrs,
@@ -88,14 +88,14 @@ def conv_forward(
         # 1x1 stride-1 conv: a plain (batched) matmul, no column array.
         y = np.matmul(wp, x.reshape(n, group, c_per_g, L))
         return y.reshape((n, m) + out)
+    if c_per_g == 1 and group > 1 and ntaps > 1 and pad_value == 0:
+        return _depthwise(x, wp, kernel, strides, dilations, win).reshape((n, m) + out)
     xp = pad_spatial(
         x,
         win.pads_begin,
         tuple(e + x_ for e, x_ in zip(win.pads_end, win.extra_end, strict=True)),
         pad_value,
     )
-    if c_per_g == 1 and group > 1 and ntaps > 1:
-        return _depthwise(xp, wp, kernel, strides, dilations, out).reshape((n, m) + out)
     return _im2col_matmul(xp, wp, kernel, strides, dilations, out).reshape((n, m) + out)
 
 
@@ -172,66 +172,43 @@ def _columns(
 
 
 def _depthwise(
-    xp: np.ndarray,
+    x: np.ndarray,
     wp: np.ndarray,
     kernel: tuple[int, ...],
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
-    out: tuple[int, ...],
+    win: Window,
 ) -> np.ndarray:
     """Conv with one input channel per group: multiply-add tap by tap.
 
-    The padded input is split into stride phases (phase ``a`` of an axis holds elements
-    ``a, a+s, a+2s, ...``), so every tap reads a *stride-1* window of one phase. Each
-    phase is stored flat with a fixed row pitch, which makes that window one contiguous
-    1-D slice: every multiply-add runs over a long contiguous inner loop. The outputs are
-    computed on the pitch grid (a few junk columns per row) and cropped at the end.
-    Channels are processed in blocks so the accumulator stays in cache across the taps.
+    The input is laid out with :func:`~._spatial.flat_taps` so every tap is a contiguous
+    slice and each multiply-add runs over a long inner loop; channels are processed in
+    blocks so the accumulator stays in cache across the taps.
     Returns (N, group, M/group, *out).
     """
-    n = xp.shape[0]
+    n = x.shape[0]
     group, m_per_g, ntaps = wp.shape
-    nsp = len(out)
-    # Tap t on axis k reads phase (t*d) % s at shift (t*d) // s, output index o → o + shift.
-    max_shift = [((k - 1) * d) // st for k, d, st in zip(kernel, dilations, strides, strict=True)]
-    ph_len = [o + sh for o, sh in zip(out, max_shift, strict=True)]
-    ph_len[0] += 1  # the flat windows of the last rows run up to one row past the end
-    nphase = prod(strides)
-    phases = np.zeros((n, group) + tuple(strides) + tuple(ph_len), dtype=xp.dtype)
-    lead = (slice(None), slice(None))
-    for phase in itertools.product(*(range(st) for st in strides)):
-        src = xp[lead + tuple(slice(a, None, st) for a, st in zip(phase, strides, strict=True))]
-        src = src[lead + tuple(slice(0, pl) for pl in ph_len)]
-        phases[lead + phase + tuple(slice(0, sz) for sz in src.shape[2:])] = src
-    flat = phases.reshape(n, group, nphase, prod(ph_len))
-    pitch = [prod(ph_len[k + 1 :]) for k in range(nsp)]
-    lq = out[0] * pitch[0]
-    tap_src: list[tuple[int, int]] = []
-    for tap in itertools.product(*(range(k) for k in kernel)):
-        pos = [t * d for t, d in zip(tap, dilations, strict=True)]
-        ph = int(np.ravel_multi_index([p % st for p, st in zip(pos, strides, strict=True)],
-                                      strides))  # fmt: skip
-        off = sum((p // st) * pt for p, st, pt in zip(pos, strides, pitch, strict=True))
-        tap_src.append((ph, off))
-    wd = wp.reshape(group, m_per_g, ntaps)
-    acc_all = np.empty((n, group, m_per_g, lq), dtype=xp.dtype)
-    per_channel = n * m_per_g * lq * xp.dtype.itemsize
+    ft = flat_taps(x, win.pads_begin, kernel, strides, dilations, win.out_shape)
+    lq = ft.lq
+    flat = ft.flat[:, :, None]  # (N, group, 1, phases, F)
+    wd = wp.reshape(group, m_per_g, ntaps, 1)
+    acc_all = np.empty((n, group, m_per_g, lq), dtype=x.dtype)
+    per_channel = n * m_per_g * lq * x.dtype.itemsize
     cb = max(1, min(group, _DW_BLOCK // max(1, per_channel)))
     for c0 in range(0, group, cb):
         c1 = min(group, c0 + cb)
-        fb = flat[:, c0:c1, :, None]
-        wb = wd[c0:c1, :, :, None]
+        fb = flat[:, c0:c1]
+        wb = wd[c0:c1]
         acc = acc_all[:, c0:c1]
-        tmp = np.empty(acc.shape, dtype=xp.dtype)
-        for i, (ph, off) in enumerate(tap_src):
-            src = fb[:, :, ph, :, off : off + lq]
+        tmp = np.empty(acc.shape, dtype=x.dtype)
+        for i, (ph, off) in enumerate(ft.tap_slices):
+            src = fb[..., ph, off : off + lq]
             if i == 0:
                 np.multiply(src, wb[:, :, i], out=acc)
             else:
                 np.multiply(src, wb[:, :, i], out=tmp)
                 acc += tmp
-    grid = acc_all.reshape((n, group, m_per_g, out[0]) + tuple(ph_len[1:]))
-    return np.ascontiguousarray(grid[(Ellipsis,) + tuple(slice(0, o) for o in out[1:])])
+    return ft.crop(acc_all)
 
 
 class _ConvBase(Kernel):
