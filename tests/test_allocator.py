@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from onyxrt.allocator import Allocation, ArenaAllocator, HostMemory
 from onyxrt.errors import InvalidProviderOption, OutOfMemory
 
@@ -272,8 +271,7 @@ def test_zero_limit_means_no_limit():
 
 def test_next_power_of_two_near_the_limit_falls_back_to_the_exact_request():
     memory = RecordingMemory()
-    arena = ArenaAllocator(memory, strategy="kNextPowerOfTwo", initial_region=1 * KiB,
-                           limit=2560)
+    arena = ArenaAllocator(memory, strategy="kNextPowerOfTwo", initial_region=1 * KiB, limit=2560)
     arena.allocate(1 * KiB)
     arena.allocate(1 * KiB)  # doubling would reserve 2 KiB, passing the 2.5 KiB limit
     assert memory.reserved == [1 * KiB, 1 * KiB]
@@ -374,7 +372,13 @@ def test_statistics_track_in_use_peak_and_counts():
     assert s.limit == 1 << 20
     assert s.as_dict()["peak_in_use"] == 4096
     assert set(s.as_dict()) == {
-        "in_use", "peak_in_use", "reserved", "regions", "allocations", "frees", "limit",
+        "in_use",
+        "peak_in_use",
+        "reserved",
+        "regions",
+        "allocations",
+        "frees",
+        "limit",
         "largest_free_block",
     }
 

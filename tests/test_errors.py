@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import TensorProto, helper
-
-import onyxrt as ort
 from onyxrt.errors import (
     InvalidArgument,
     InvalidGraph,

@@ -10,13 +10,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime
+import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import helper
-from toy_provider import ToyBuffer
-
-import onyxrt as ort
 from onyxrt.errors import InvalidArgument, InvalidInput, ProviderUnavailable
+from toy_provider import ToyBuffer
 
 CPU = "CPUExecutionProvider"
 TOY = "ToyDeviceExecutionProvider"
@@ -266,9 +265,7 @@ def test_output_bound_to_the_device_stays_there(toy_site, add_relu_model):
     np.testing.assert_array_equal(copied, _expected(x))
 
 
-def test_output_bound_to_cpu_in_a_device_session_comes_back_to_the_host(
-    toy_site, add_relu_model
-):
+def test_output_bound_to_cpu_in_a_device_session_comes_back_to_the_host(toy_site, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, providers=[TOY, CPU])
     x = _x()
     binding = sess.io_binding()
@@ -323,14 +320,20 @@ def test_device_ortvalues_as_inputs_and_preallocated_outputs(toy_site, add_relu_
 )
 def test_device_input_is_used_where_it_lives(toy_site, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, providers=[TOY, CPU])
-    toy = _toy(sess)
-    value = ort.OrtValue.ortvalue_from_numpy(_x(), "toy")
+    x = _x()
+    value = ort.OrtValue.ortvalue_from_numpy(x, "toy")
+    transfers = [_toy(sess).transfer, value.provider.transfer]
+
+    def copies() -> int:
+        return sum(t.to_host + t.to_device for t in transfers)
+
     binding = sess.io_binding()
     binding.bind_ortvalue_input("x", value)
     binding.bind_output("y", "toy")
-    before = (toy.transfer.to_host, toy.transfer.to_device)
+    before = copies()
     sess.run_with_iobinding(binding)
-    assert (toy.transfer.to_host, toy.transfer.to_device) == before
+    assert copies() == before
+    np.testing.assert_array_equal(binding.get_outputs()[0].numpy(), _expected(x))
 
 
 # -- DLPack -----------------------------------------------------------------------------

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import TensorProto, helper, numpy_helper
-
-import onyxrt as ort
 from onyxrt.errors import InvalidModel, UnsafeExternalData
 from onyxrt.loader import load_model
 
@@ -109,7 +108,10 @@ def test_one_file_per_tensor_external_data(tmp_path: Path):
     folder.mkdir()
     path = folder / "model.onnx"
     onnx.save_model(
-        _model(), str(path), save_as_external_data=True, all_tensors_to_one_file=False,
+        _model(),
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=False,
         size_threshold=0,
     )
     assert len(os.listdir(folder)) == 3
@@ -321,15 +323,23 @@ def test_unsafe_reference_inside_a_subgraph_is_refused(tmp_path: Path):
         entry.key, entry.value = key, val
     then_branch = helper.make_graph(
         [helper.make_node("Identity", ["secret"], ["t"], name="then_id")],
-        "then", [], [tensor("t", [3])], [secret],
+        "then",
+        [],
+        [tensor("t", [3])],
+        [secret],
     )
     else_branch = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["e"], name="else_id")],
-        "else", [], [tensor("e", [3])],
+        "else",
+        [],
+        [tensor("e", [3])],
     )
     model = make_model(
-        [helper.make_node("If", ["cond"], ["y"], name="if",
-                          then_branch=then_branch, else_branch=else_branch)],
+        [
+            helper.make_node(
+                "If", ["cond"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch
+            )
+        ],
         [tensor("cond", [], TensorProto.BOOL), tensor("x", [3])],
         [tensor("y", [3])],
     )
@@ -368,7 +378,9 @@ def test_model_proto_with_external_data_is_not_mutated(tmp_path, monkeypatch):
             lambda o: o.add_initializer("b", np.zeros(3, np.float32)), id="add_initializer"
         ),
         pytest.param(
-            lambda o: setattr(o, "graph_optimization_level", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+            lambda o: setattr(
+                o, "graph_optimization_level", ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            ),
             id="no_optimization",
         ),
     ],
@@ -389,8 +401,9 @@ def test_optimizer_does_not_mutate_the_caller_proto():
     """Constant folding must work on the session's copy."""
     model = make_model(
         [
-            helper.make_node("Constant", [], ["c"], name="const",
-                             value=numpy_helper.from_array(B, "c")),
+            helper.make_node(
+                "Constant", [], ["c"], name="const", value=numpy_helper.from_array(B, "c")
+            ),
             helper.make_node("Identity", ["c"], ["c2"], name="ident"),
             helper.make_node("Add", ["x", "c2"], ["y"], name="add"),
         ],

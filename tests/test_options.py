@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import helper
-
-import onyxrt as ort
 from onyxrt.errors import InvalidArgument, InvalidProviderOption
 from onyxrt.options import Option, OptionSchema, format_option_value, parse_bool, parse_size
 
@@ -37,10 +36,23 @@ def schema() -> OptionSchema:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        ("1", True), ("true", True), ("True", True), ("TRUE", True), ("yes", True), ("on", True),
-        (" 1 ", True), (True, True), (1, True), (np.True_, True),
-        ("0", False), ("false", False), ("False", False), ("no", False), ("off", False),
-        (False, False), (0, False),
+        ("1", True),
+        ("true", True),
+        ("True", True),
+        ("TRUE", True),
+        ("yes", True),
+        ("on", True),
+        (" 1 ", True),
+        (True, True),
+        (1, True),
+        (np.True_, True),
+        ("0", False),
+        ("false", False),
+        ("False", False),
+        ("no", False),
+        ("off", False),
+        (False, False),
+        (0, False),
     ],
 )
 def test_parse_bool(raw, expected):
@@ -76,10 +88,16 @@ def test_parse_size(raw, expected):
     assert parse_size(raw) == expected
 
 
-@pytest.mark.parametrize("raw", ["lots", "GiB", "1 parsec", "", "0x100", True, None])
+@pytest.mark.parametrize("raw", ["lots", "GiB", "1 parsec", "", True, None])
 def test_parse_size_rejects_anything_else(raw):
     with pytest.raises(ValueError, match="byte count"):
         parse_size(raw)
+
+
+@pytest.mark.parametrize("raw", ["0x100", "1.2.3MiB", "--5"])
+def test_malformed_number_in_a_size_option_is_rejected_naming_the_option(raw):
+    with pytest.raises(InvalidProviderOption, match="option 'memory_limit'"):
+        Option("memory_limit", "size", 0).parse(raw, P)
 
 
 def test_option_string_values_become_typed_values(schema):
@@ -106,7 +124,11 @@ def test_option_string_values_become_typed_values(schema):
 
 def test_python_values_are_accepted_as_is(schema):
     effective = schema.validate(P, {"device_id": 2, "use_arena": False, "fraction": 1})
-    assert (effective["device_id"], effective["use_arena"], effective["fraction"]) == (2, False, 1.0)
+    assert (effective["device_id"], effective["use_arena"], effective["fraction"]) == (
+        2,
+        False,
+        1.0,
+    )
     assert schema.validate(P, {"device_id": np.int64(5)})["device_id"] == 5
 
 
@@ -308,7 +330,9 @@ def test_formatted_values_parse_back_to_the_same_options(schema):
 @pytest.fixture
 def model_bytes() -> bytes:
     model: onnx.ModelProto = make_model(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [3])], [tensor("y", [3])]
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [tensor("x", [3])],
+        [tensor("y", [3])],
     )
     return model.SerializeToString()
 

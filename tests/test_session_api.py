@@ -13,18 +13,16 @@ import json
 import threading
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.backend.base
 import onnxruntime
+import onyxrt as ort
+import onyxrt.backend
 import pytest
 from conftest import make_model, tensor
 from onnx import TensorProto, helper
-
-import onyxrt as ort
-import onyxrt.backend
 from onyxrt.errors import (
     InvalidArgument,
     InvalidInput,
@@ -337,12 +335,16 @@ def test_get_inputs_and_outputs_describe_names_shapes_and_types():
     ref = _ort_session(model)
     ours = [(a.name, a.shape, a.type) for a in sess.get_inputs() + sess.get_outputs()]
     theirs = [(a.name, a.shape, a.type) for a in ref.get_inputs() + ref.get_outputs()]
-    assert ours == theirs == [
-        ("x", ["batch", 3], "tensor(float)"),
-        ("ids", ["batch", 3], "tensor(int64)"),
-        ("sum", ["batch", 3], "tensor(float)"),
-        ("shape", [2], "tensor(int64)"),
-    ]
+    assert (
+        ours
+        == theirs
+        == [
+            ("x", ["batch", 3], "tensor(float)"),
+            ("ids", ["batch", 3], "tensor(int64)"),
+            ("sum", ["batch", 3], "tensor(float)"),
+            ("shape", [2], "tensor(int64)"),
+        ]
+    )
 
 
 @pytest.mark.xfail(

@@ -1,16 +1,20 @@
 """A toy "device" provider with its own memory space, for tests.
 
 Values on the toy device are :class:`ToyBuffer` objects that refuse implicit conversion
-to numpy, so any value the core forgets to copy fails loudly. It claims Add, Mul and
+to numpy, so any value the core forgets to copy fails loudly. Their memory comes from the
+provider's :class:`~onyxrt.allocator.ArenaAllocator` (options ``arena_extend_strategy``
+and ``memory_limit``) and goes back to it when the buffer dies. It claims Add, Mul and
 Relu (float32 only) and records every transfer, like a real accelerator's provider.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from onyxrt.allocator import EXTEND_STRATEGIES, ArenaAllocator, HostMemory
 from onyxrt.devices import Device
 from onyxrt.dtypes import FLOAT_TYPES
 from onyxrt.hookspecs import ProviderSpec, hookimpl
@@ -25,10 +29,15 @@ registry = KernelRegistry("ToyDeviceExecutionProvider")
 class ToyBuffer:
     """A tensor in toy device memory; the host cannot read it directly."""
 
-    def __init__(self, data: np.ndarray) -> None:
-        self._data = np.array(data, copy=True)
-        self.shape = self._data.shape
-        self.dtype = self._data.dtype
+    def __init__(self, data: np.ndarray, arena: ArenaAllocator) -> None:
+        data = np.ascontiguousarray(data)
+        block = arena.allocate(data.nbytes)
+        self._data = block.buffer[: data.nbytes].view(data.dtype).reshape(data.shape)
+        self._data[...] = data
+        self.shape = data.shape
+        self.dtype = data.dtype
+        self.arena = arena
+        weakref.finalize(self, arena.free, block)
 
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
         raise TypeError("ToyBuffer lives in toy device memory; copy it to the host first")
@@ -37,7 +46,8 @@ class ToyBuffer:
 class ToyTransfer:
     """Host ↔ toy copies, counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, arena: ArenaAllocator) -> None:
+        self.arena = arena
         self.to_device = 0
         self.to_host = 0
 
@@ -49,7 +59,7 @@ class ToyTransfer:
         if dst.memory_space == TOY_SPACE:
             self.to_device += 1
             assert isinstance(value, np.ndarray), f"host value expected, got {type(value)}"
-            return ToyBuffer(value)
+            return ToyBuffer(value, self.arena)
         self.to_host += 1
         assert isinstance(value, ToyBuffer), f"toy value expected, got {type(value)}"
         return value._data.copy()
@@ -59,7 +69,7 @@ def _binary(fn: Any) -> type[Kernel]:
     class Binary(Kernel):
         def compute(self, a: ToyBuffer, b: ToyBuffer) -> tuple[ToyBuffer]:
             assert isinstance(a, ToyBuffer) and isinstance(b, ToyBuffer)
-            return (ToyBuffer(fn(a._data, b._data)),)
+            return (ToyBuffer(fn(a._data, b._data), a.arena),)
 
     return Binary
 
@@ -72,7 +82,7 @@ registry.register("Mul", since=(7, 13, 14), types={"T": {np.float32}})(_binary(n
 class ToyRelu(Kernel):
     def compute(self, x: ToyBuffer) -> tuple[ToyBuffer]:
         assert isinstance(x, ToyBuffer)
-        return (ToyBuffer(np.maximum(x._data, 0)),)
+        return (ToyBuffer(np.maximum(x._data, 0), x.arena),)
 
 
 class ToyDeviceExecutionProvider(KernelRegistryProvider):
@@ -82,17 +92,33 @@ class ToyDeviceExecutionProvider(KernelRegistryProvider):
     vendor: ClassVar[str] = "onyxrt tests"
     device_names: ClassVar[tuple[str, ...]] = ("toy",)
     registry = registry
-    option_schema: ClassVar[OptionSchema] = OptionSchema([Option("device_id", int, 0, minimum=0, maximum=0)])
+    option_schema: ClassVar[OptionSchema] = OptionSchema([
+        Option("device_id", int, 0, "which toy device", minimum=0, maximum=0),
+        Option("arena_extend_strategy", str, "kNextPowerOfTwo", "how the arena grows",
+               choices=EXTEND_STRATEGIES),
+        Option("memory_limit", "size", 0, "bytes the arena may reserve (0: no limit)",
+               minimum=0, aliases=("gpu_mem_limit",)),
+    ])
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
-        self.transfer = ToyTransfer()
+        self.arena = ArenaAllocator(
+            HostMemory(),
+            strategy=self.options["arena_extend_strategy"],
+            limit=self.options["memory_limit"] or None,
+            initial_region=4096,
+            name="ToyDeviceExecutionProvider arena",
+        )
+        self.transfer = ToyTransfer(self.arena)
 
     def devices(self) -> Sequence[Device]:
         return (Device("npu", "onyxrt tests", virtual=True, memory_space=TOY_SPACE),)
 
     def data_transfer(self) -> ToyTransfer:
         return self.transfer
+
+    def allocator(self) -> ArenaAllocator:
+        return self.arena
 
 
 def _load() -> type[ToyDeviceExecutionProvider]:

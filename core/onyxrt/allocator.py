@@ -101,6 +101,7 @@ class Allocation:
     size: int
     requested: int
     buffer: Any
+    arena: int = 0  # id of the arena that handed it out
 
 
 class Allocator(Protocol):
@@ -195,7 +196,8 @@ class ArenaAllocator:
             self._in_use += size
             self._peak = max(self._peak, self._in_use)
             self._allocs += 1
-            return Allocation(rid, offset, size, nbytes, self.memory.view(region.handle, offset, size))
+            view = self.memory.view(region.handle, offset, size)
+            return Allocation(rid, offset, size, nbytes, view, id(self))
 
     def _best_fit(self, size: int) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
@@ -242,7 +244,7 @@ class ArenaAllocator:
         """Return a block, merging it with free neighbours."""
         with self._lock:
             region = self._regions.get(allocation.region)
-            if region is None:
+            if region is None or allocation.arena != id(self):
                 raise ValueError(f"{self.name}: block does not belong to this arena")
             blocks = region.free_blocks
             start, size = allocation.offset, allocation.size

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.shape_inference
 from onnx.backend.base import Backend, BackendRep
 
 from .discovery import catalog
@@ -99,12 +100,47 @@ class OnyxBackend(Backend):
             helper.make_tensor_value_info(name, onnx_elem_type(a.dtype), a.shape)
             for name, a in zip(node.input, arrays) if name
         ]
-        graph_outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
-        graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
+        graph_outputs = _node_output_infos(node, graph_inputs, opset, outputs_info)
+        graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain, opset)])
         feeds = {name: a for name, a in zip(node.input, arrays) if name}
         return tuple(InferenceSession(model, providers=_providers_for(device)).run(None, feeds))
+
+
+def _node_output_infos(
+    node: onnx.NodeProto,
+    inputs: Sequence[onnx.ValueInfoProto],
+    opset: int,
+    outputs_info: Sequence[tuple[Any, Any]] | None,
+) -> list[onnx.ValueInfoProto]:
+    """Typed value infos for a node's outputs: from ``outputs_info`` (dtype, shape) when
+    given, else from onnx's per-node type inference (onnx's checker needs types)."""
+    from onnx import helper
+
+    from .dtypes import onnx_elem_type
+
+    names = [n for n in node.output if n]
+    if outputs_info:
+        return [
+            helper.make_tensor_value_info(n, onnx_elem_type(np.dtype(dt)), shape)
+            for n, (dt, shape) in zip(names, outputs_info)
+        ]
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain=node.domain)
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema, node, {vi.name: vi.type for vi in inputs}
+        )
+    except Exception:  # inference is a convenience; fall back to the first input's type
+        inferred = {}
+    result = []
+    for n in names:
+        if n in inferred:
+            result.append(helper.make_value_info(n, inferred[n]))
+        else:
+            elem = inputs[0].type.tensor_type.elem_type if inputs else onnx.TensorProto.FLOAT
+            result.append(helper.make_tensor_value_info(n, elem, None))
+    return result
 
 
 prepare = OnyxBackend.prepare

@@ -49,9 +49,13 @@ def parse_size(value: Any) -> int:
     text = str(value).strip().lower().replace("_", "")
     num = text.rstrip("abcdefghijklmnopqrstuvwxyz ")
     unit = text[len(num) :].strip()
+    hint = f"expected a byte count such as 1073741824 or '1GiB', got {value!r}"
     if unit not in _SIZE_UNITS or not num:
-        raise ValueError(f"expected a byte count such as 1073741824 or '1GiB', got {value!r}")
-    return int(float(num) * _SIZE_UNITS[unit])
+        raise ValueError(hint)
+    try:
+        return int(float(num) * _SIZE_UNITS[unit])
+    except (ValueError, OverflowError):
+        raise ValueError(hint) from None
 
 
 @dataclass(frozen=True)
@@ -89,10 +93,16 @@ class Option:
                 value = float(raw)
             else:
                 value = str(raw)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidProviderOption(
                 f"{provider}: option {self.name!r}: {exc}" + self._allowed_text()
             ) from None
+        if isinstance(value, float) and value != value and (
+            self.minimum is not None or self.maximum is not None
+        ):
+            raise InvalidProviderOption(
+                f"{provider}: option {self.name!r} got {raw!r}; NaN is outside every bound"
+            )
         if self.choices is not None and value not in self.choices:
             close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -149,6 +159,10 @@ class OptionSchema:
         """
         effective = self.defaults()
         for key, raw in (given or {}).items():
+            if not isinstance(key, str):
+                raise InvalidProviderOption(
+                    f"{provider}: option names must be strings, got {key!r} ({type(key).__name__})"
+                )
             name = self._aliases.get(key, key)
             opt = self.options.get(name)
             if opt is None:

@@ -85,6 +85,7 @@ class ExecutionPlan:
         self.used_providers: list[ExecutionProvider] = []
         self.space_owner: dict[str, int] = {}
         self.protected: set[int] = set()  # slots holding initializers or feeds
+        self.initializer_slots: set[int] = set()  # slots holding constant initializers
         self._compiled: list[tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
 
     # -- running ---------------------------------------------------------------------
@@ -159,6 +160,8 @@ class ExecutionPlan:
             if run_options is None:
                 for i, (fn, ins, outs, release) in enumerate(self._compiled):
                     results = fn(*[vals[j] for j in ins])
+                    if len(results) < len(outs):
+                        raise _too_few(self.steps[i], results)
                     for j, v in zip(outs, results):
                         vals[j] = v
                     for j in release:
@@ -171,6 +174,8 @@ class ExecutionPlan:
                             f"{self.steps[i].name!r}"
                         )
                     results = fn(*[vals[j] for j in ins])
+                    if len(results) < len(outs):
+                        raise _too_few(self.steps[i], results)
                     for j, v in zip(outs, results):
                         vals[j] = v
                     for j in release:
@@ -193,6 +198,8 @@ class ExecutionPlan:
                 t0 = perf()
                 outs = step.fn(*args)
                 t1 = perf()
+                if len(outs) < len(step.outs):
+                    raise _too_few(step, outs)
                 profile.events.append((si, t0, t1, args, list(outs)))
                 for j, v in zip(step.outs, outs):
                     vals[j] = v
@@ -223,6 +230,15 @@ class ExecutionPlan:
 
 
 _HOST_DEVICE = Device("cpu", "host")
+
+
+def _too_few(step: Step, results: Sequence[Any]) -> ProviderError:
+    what = "fused group" if step.kind == "fused" else "node"
+    return ProviderError(
+        f"the kernel of {what} {step.name!r} ({step.op_type}) returned {len(results)} "
+        f"value(s) but it has {len(step.outs)} output(s); compute must return one value "
+        "per output, in order"
+    )
 
 
 class PlanSubgraphRunner(SubgraphRunner):
@@ -299,6 +315,7 @@ class _PlanBuilder:
             if name not in self.where:
                 slot = self._new_slot(name, HOST_MEMORY, value)
                 plan.protected.add(slot)
+                plan.initializer_slots.add(slot)
                 self.home[name] = (HOST_MEMORY, host_owner)
 
         fused_by_provider: dict[int, list[tuple[int, Any]]] = {}
@@ -359,6 +376,7 @@ class _PlanBuilder:
             value = self._transfer(src_owner, pi)(self.plan.template[src_slot])[0]
             slot = self._new_slot(name, space, value)
             self.plan.protected.add(slot)
+            self.plan.initializer_slots.add(slot)
             self.plan.copies.append(self._copy_record(name, src_space, space, src_owner, pi, False))
             return slot
         slot = self._new_slot(name, space)

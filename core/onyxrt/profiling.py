@@ -20,19 +20,40 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import onnx_elem_type, type_string
+
 __all__ = ["Profiler"]
 
 
-def _type_shape(values: Sequence[Any]) -> list[dict[str, list[int]]]:
-    out = []
-    for v in values:
-        if isinstance(v, np.ndarray) or v is not None and hasattr(v, "shape") and hasattr(v, "dtype"):
-            out.append({str(v.dtype): list(v.shape)})
-    return out
+Described = tuple[tuple[int, ...], np.dtype[Any]] | None
 
 
-def _nbytes(values: Sequence[Any]) -> int:
-    return sum(int(v.nbytes) for v in values if isinstance(v, np.ndarray))
+def _describe(value: Any, provider: Any) -> Described:
+    """Shape and dtype of a tensor value, host or device (None for non-tensors)."""
+    if isinstance(value, np.ndarray):
+        return value.shape, value.dtype
+    if value is None or isinstance(value, (list, dict)):
+        return None
+    try:
+        return provider.describe(value)
+    except Exception:  # a value the provider cannot describe is left out of the sizes
+        return None
+
+
+def _onnx_type_name(dtype: np.dtype[Any]) -> str:
+    """onnxruntime's element type name ('float', 'int64') for the trace."""
+    try:
+        return type_string(onnx_elem_type(dtype))[len("tensor(") : -1]
+    except TypeError:
+        return str(dtype)
+
+
+def _type_shape(described: Sequence[Described]) -> list[dict[str, list[int]]]:
+    return [{_onnx_type_name(d[1]): list(d[0])} for d in described if d is not None]
+
+
+def _nbytes(described: Sequence[Described]) -> int:
+    return sum(int(np.prod(d[0], dtype=np.int64)) * d[1].itemsize for d in described if d is not None)
 
 
 class Profiler:
@@ -76,19 +97,18 @@ class Profiler:
         for si, t0, t1, args, outs in events:
             step = plan.steps[si]
             provider = plan.providers[step.provider]
-            params = sum(
-                int(a.nbytes) for a, j in zip(args, step.ins)
-                if isinstance(a, np.ndarray) and j in plan.protected
-            )
+            ins = [_describe(a, provider) for a in args]
+            outputs = [_describe(o, provider) for o in outs]
+            params = _nbytes([d for d, j in zip(ins, step.ins) if j in plan.initializer_slots])
             ev_args: dict[str, Any] = {
                 "op_name": step.op_type,
                 "provider": provider.name,
                 "node_index": str(step.node_index),
-                "input_type_shape": _type_shape(args),
-                "output_type_shape": _type_shape(outs),
-                "activation_size": str(_nbytes(args) - params),
+                "input_type_shape": _type_shape(ins),
+                "output_type_shape": _type_shape(outputs),
+                "activation_size": str(_nbytes(ins) - params),
                 "parameter_size": str(params),
-                "output_size": str(_nbytes(outs)),
+                "output_size": str(_nbytes(outputs)),
                 "kind": step.kind,
             }
             if step.kernel is not None:

@@ -26,6 +26,7 @@ from .dtypes import np_dtype, type_string
 from .errors import (
     InvalidArgument,
     InvalidInput,
+    InvalidModel,
     OnyxError,
     PartitionError,
     ProviderUnavailable,
@@ -94,14 +95,20 @@ class ModelMetadata:
     custom_metadata_map: dict[str, str]
 
 
-def _node_arg(name: str, vt: ValueType | None) -> NodeArg:
+def _node_arg(name: str, declared: ValueType | None, inferred: ValueType | None) -> NodeArg:
+    """A NodeArg from the declared type, completed by inference where the model is silent
+    (dim names invented by shape inference, 'unk__N', are reported as None)."""
+    vt = declared if declared is not None and declared.elem_type else inferred
     if vt is None:
         return NodeArg(name, "unknown", None)
-    if vt.kind == "tensor":
-        tstr = type_string(vt.elem_type or 0)
-    else:
-        tstr = vt.kind
-    return NodeArg(name, tstr, list(vt.shape) if vt.shape is not None else None)
+    tstr = type_string(vt.elem_type or 0) if vt.kind == "tensor" else vt.kind
+    shape = vt.shape
+    if shape is None and inferred is not None and vt is not inferred:
+        shape = inferred.shape
+    if shape is None:
+        return NodeArg(name, tstr, None)
+    dims = [None if isinstance(d, str) and d.startswith("unk__") else d for d in shape]
+    return NodeArg(name, tstr, dims)
 
 
 @dataclass
@@ -164,13 +171,23 @@ class InferenceSession:
         if self._sess_options.optimized_model_filepath:
             onnx.save_model(proto, self._sess_options.optimized_model_filepath)
         self._model = proto
+        # What the model declares for its inputs and outputs, before shape inference adds
+        # invented dim names ('unk__0'): NodeArg reports the declaration, like onnxruntime.
+        self._declared = {
+            vi.name: ValueType.from_proto(vi.type)
+            for vi in [*proto.graph.input, *proto.graph.output]
+            if vi.HasField("type")
+        }
         try:
             inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
         except Exception as exc:  # shape inference is an aid; the model may still run
             self._logger.info("shape inference failed (%s); continuing without it", exc)
             inferred = proto
         opsets = {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in proto.opset_import}
-        return Graph.from_proto(inferred.graph, opsets)
+        try:
+            return Graph.from_proto(inferred.graph, opsets)
+        except InvalidModel as exc:  # name the file in structural errors too
+            raise type(exc)(f"{self._loaded.origin}: {exc}") from None
 
     def _build(self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None) -> None:
         requested = self._requested_providers(providers, provider_options)
@@ -394,6 +411,7 @@ class InferenceSession:
             if binding is None or binding.device_type == "cpu" and binding.target is None:
                 results.append(OrtValue(value))
             elif binding.target is not None:
+                _check_preallocated(name, binding.target, value)
                 binding.target.update_inplace(value)
                 results.append(binding.target)
             elif keep.get(name):
@@ -438,17 +456,20 @@ class InferenceSession:
         return feeds
 
     # -- introspection -------------------------------------------------------------------
+    def _node_args(self, names: Sequence[str]) -> list[NodeArg]:
+        return [_node_arg(n, self._declared.get(n), self._graph.value_type(n)) for n in names]
+
     def get_inputs(self) -> list[NodeArg]:
         """The model's inputs (initializers excluded)."""
-        return [_node_arg(n, self._graph.value_type(n)) for n in self._graph.inputs]
+        return self._node_args(self._graph.inputs)
 
     def get_outputs(self) -> list[NodeArg]:
         """The model's outputs."""
-        return [_node_arg(n, self._graph.value_type(n)) for n in self._graph.outputs]
+        return self._node_args(self._graph.outputs)
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         """Inputs that have an initializer as default value."""
-        return [_node_arg(n, self._graph.value_type(n)) for n in self._graph.overridable]
+        return self._node_args(self._graph.overridable)
 
     def get_modelmeta(self) -> ModelMetadata:
         """The model's metadata."""
@@ -571,6 +592,19 @@ def _check_feed(check: _InputCheck, value: Any) -> Any:
                     f"{want} (got shape {list(value.shape)}, expected {list(shape)})"
                 )
     return value
+
+
+def _check_preallocated(name: str, target: OrtValue, value: Any) -> None:
+    """A bound output buffer must have the output's exact shape and type (no broadcast,
+    no cast), as onnxruntime requires."""
+    arr = np.asarray(value)
+    shape, dtype = target.shape(), target.element_type()
+    if list(arr.shape) != list(shape) or arr.dtype != dtype:
+        raise InvalidArgument(
+            f"output {name!r}: the bound buffer is {type_string(_code(dtype))} {list(shape)}, "
+            f"but the output is {type_string(_code(arr.dtype))} {list(arr.shape)}; bind a "
+            "buffer of the output's shape and type, or bind the output to a device instead"
+        )
 
 
 def _code(dtype: np.dtype[Any]) -> int:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from onyxrt.allocator import EXTEND_STRATEGIES, Allocator, ArenaAllocator, HostMemory
 from onyxrt.devices import HOST_MEMORY, Device
-from onyxrt.options import Option, OptionSchema
+from onyxrt.options import OptionSchema
 from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
 from . import __version__
@@ -19,8 +18,9 @@ from .kernels import registry
 class CPUExecutionProvider(KernelRegistryProvider):
     """Runs every node it has a numpy kernel for, in host memory.
 
-    Its allocator (an arena over host memory) backs ``OrtValue`` buffers the runtime
-    allocates; kernels themselves produce numpy arrays.
+    It has no options and no arena: numpy allocates what its kernels produce, so an
+    arena option here could only be a silent no-op. (Arena options belong to providers
+    that manage device memory; see ``onyxrt.allocator.ArenaAllocator``.)
     """
 
     name: ClassVar[str] = "CPUExecutionProvider"
@@ -28,23 +28,7 @@ class CPUExecutionProvider(KernelRegistryProvider):
     version: ClassVar[str] = __version__
     device_names: ClassVar[tuple[str, ...]] = ("cpu",)
     registry = registry
-    option_schema: ClassVar[OptionSchema] = OptionSchema([
-        Option("arena_extend_strategy", str, "kNextPowerOfTwo", "how the host arena grows",
-               choices=EXTEND_STRATEGIES),
-        Option("memory_limit", "size", 0, "bytes the host arena may reserve (0: no limit)",
-               minimum=0),
-        Option("use_arena", bool, True, "allocate runtime-owned buffers from an arena",
-               aliases=("enable_cpu_mem_arena",)),
-    ])
-
-    def __init__(self, options: Any = None) -> None:
-        super().__init__(options)
-        self._allocator = ArenaAllocator(
-            HostMemory(),
-            strategy=self.options["arena_extend_strategy"],
-            limit=self.options["memory_limit"] or None,
-            name="CPUExecutionProvider arena",
-        )
+    option_schema: ClassVar[OptionSchema] = OptionSchema()
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -57,7 +41,3 @@ class CPUExecutionProvider(KernelRegistryProvider):
         """The host CPU."""
         return (Device("cpu", platform.processor() or platform.machine() or "generic",
                        memory_space=HOST_MEMORY),)
-
-    def allocator(self) -> Allocator:
-        """The host arena."""
-        return self._allocator

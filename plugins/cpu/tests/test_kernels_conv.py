@@ -249,10 +249,10 @@ def test_convinteger_matches_onnxruntime(xdt):
 @pytest.mark.parametrize("budget", [1, 3000, 20000])
 def test_conv_chunked_paths_match_onnxruntime(monkeypatch, xs, ws, attrs, budget):
     """Column/accumulator chunking (by images, by rows, by channels) gives the same result."""
-    from onyxrt_cpu.kernels import conv
+    from onyxrt_cpu.kernels import _spatial, conv
 
     monkeypatch.setattr(conv, "_COLS_BUDGET", budget)
-    monkeypatch.setattr(conv, "_DW_BLOCK", budget)
+    monkeypatch.setattr(_spatial, "BLOCK_BYTES", budget)
     x, w, b = _randn(xs, 1), _randn(ws, 2), _randn((ws[0],), 3)
     want = onnxrt("Conv", [x, w, b], 22, **attrs)
     got = ours("Conv", [x, w, b], 22, **attrs)

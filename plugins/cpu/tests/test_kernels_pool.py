@@ -168,6 +168,23 @@ def test_maxpool_rejects_bad_attributes():
             kdef.factory(KernelInfo.from_node(node, 22))
 
 
+@pytest.mark.parametrize("budget", [1, 2000, 50000])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_pools_blocked_paths_match_onnxruntime(monkeypatch, budget, op):
+    """Cache blocking (by images, by channels, one row at a time) gives the same result."""
+    from onyxrt_cpu.kernels import _spatial
+
+    monkeypatch.setattr(_spatial, "BLOCK_BYTES", budget)
+    x = _randn((3, 5, 9, 8), 11)
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]}
+    n_out = 2 if op == "MaxPool" else 1
+    opset = 18 if op == "LpPool" else 22
+    want = onnxrt(op, x, opset, n_out=n_out, **attrs)
+    got = ours(op, x, opset, n_out=n_out, **attrs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 # -------------------------------------------------------------- AveragePool
 
 

@@ -2,12 +2,16 @@
 
 Reading and validating ``kernel_shape``/``strides``/``dilations``/``pads``/``auto_pad``,
 turning them into an output shape and explicit pads for a given input (incl. pooling's
-``ceil_mode``), padding an array on its spatial axes and enumerating the strided slices
-that each kernel tap reads.
+``ceil_mode``), padding an array on its spatial axes, enumerating the strided slices that
+each kernel tap reads, and the phase-split flat layout (:class:`FlatPlan`) in which every
+tap is one contiguous slice (fast tap-by-tap reductions for pools and depthwise conv).
+It also holds :func:`compute_dtype`, the float16/bfloat16 → float32 compute rule that the
+linalg and normalization kernels share with conv and pool.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -27,6 +31,12 @@ __all__ = [
     "pad_spatial",
     "taps",
     "compute_dtype",
+    "LOW_FLOATS",
+    "BLOCK_BYTES",
+    "FlatPlan",
+    "flat_plan",
+    "lead_blocks",
+    "prod",
 ]
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -236,64 +246,80 @@ def prod(values: Sequence[int]) -> int:
     return math.prod(values)
 
 
+# Users of FlatPlan work on blocks of (image, channel) rows of about this many bytes, so the
+# phase copy, the tap loop and the accumulator stay in cache.
+BLOCK_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
-class FlatTaps:
-    """A padded input re-laid out so that every kernel tap is one contiguous slice.
+class FlatPlan:
+    """A layout of a padded input in which every kernel tap is one contiguous slice.
 
     The (implicitly) padded input is split into stride phases (phase ``a`` of an axis holds
     padded positions ``a, a+s, a+2s, ...``), so a tap reads a *stride-1* window of one
     phase; each phase is stored flat with a fixed pitch, which turns that window into a
-    contiguous 1-D slice of length ``lq``. Results computed tap by tap on this pitch grid
-    have a few junk positions per row, removed by :meth:`crop`.
+    contiguous 1-D slice of length :attr:`lq`. Results computed tap by tap on this pitch
+    grid have a few junk positions per row, dropped by :meth:`view`. Build plans with
+    :func:`flat_plan` (cached per geometry), then lay out blocks of rows with
+    :meth:`layout`.
     """
 
-    flat: np.ndarray  # (*lead, n_phases, prod(grid))
-    tap_slices: tuple[tuple[int, int], ...]  # per tap (row-major): (phase, offset)
-    grid: tuple[int, ...]  # phase shape; outputs live on (out[0], *grid[1:])
+    in_shape: tuple[int, ...]
     out: tuple[int, ...]
+    grid: tuple[int, ...]  # shape of one phase; outputs live on (out[0], *grid[1:])
+    strides: tuple[int, ...]
+    copies: tuple[tuple[tuple[Any, ...], tuple[slice, ...]], ...]  # (phase+dst, src) slices
+    tap_slices: tuple[tuple[int, int], ...]  # per tap (row-major): (phase, offset)
+    lq: int  # length of each tap slice
 
-    @property
-    def lq(self) -> int:
-        """Length of each tap slice: the output rows on the pitch grid."""
-        return self.out[0] * prod(self.grid[1:])
+    def layout(self, x: np.ndarray, fill: Any = 0) -> np.ndarray:
+        """``x`` (*lead, *in_shape) → (*lead, n_phases, F), padding filled with ``fill``."""
+        nsp = len(self.in_shape)
+        lead = x.shape[: x.ndim - nsp]
+        phases = np.full(lead + self.strides + self.grid, fill, dtype=x.dtype)
+        keep = (Ellipsis,)
+        for dst, src in self.copies:
+            phases[keep + dst] = x[keep + src]
+        return phases.reshape(lead + (prod(self.strides), prod(self.grid)))
 
-    def tap(self, i: int) -> np.ndarray:
-        """Tap ``i``'s values for every grid output: a (*lead, lq) view."""
+    def tap(self, flat: np.ndarray, i: int) -> np.ndarray:
+        """Tap ``i``'s input for every grid output: a (*lead, lq) view of ``flat``."""
         phase, off = self.tap_slices[i]
-        return self.flat[..., phase, off : off + self.lq]
+        return flat[..., phase, off : off + self.lq]
 
-    def crop(self, values: np.ndarray) -> np.ndarray:
-        """(*lead, lq) grid values → contiguous (*lead, *out)."""
+    def view(self, values: np.ndarray) -> np.ndarray:
+        """(*lead, lq) grid values → a (*lead, *out) view without the junk positions."""
         lead = values.shape[:-1]
         g = values.reshape(lead + (self.out[0],) + self.grid[1:])
-        return np.ascontiguousarray(g[(Ellipsis,) + tuple(slice(0, o) for o in self.out[1:])])
+        return g[(Ellipsis,) + tuple(slice(0, o) for o in self.out[1:])]
+
+    def row_bytes(self, itemsize: int) -> int:
+        """Bytes of one laid-out (image, channel) row."""
+        return prod(self.strides) * prod(self.grid) * itemsize
 
 
-def flat_taps(
-    x: np.ndarray,
-    pads_begin: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    out: Sequence[int],
-    fill: Any = 0,
-) -> FlatTaps:
-    """Lay ``x`` (padded by ``pads_begin`` and ``fill`` everywhere past its end) out as
-    :class:`FlatTaps` for a window over its last ``len(kernel)`` axes. One copy of ``x``."""
+@functools.lru_cache(maxsize=256)
+def flat_plan(
+    in_shape: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    out: tuple[int, ...],
+) -> FlatPlan:
+    """The :class:`FlatPlan` of a window over inputs of spatial shape ``in_shape``."""
     nsp = len(kernel)
-    lead = x.shape[: x.ndim - nsp]
-    in_sp = x.shape[x.ndim - nsp :]
-    out = tuple(out)
     # Tap t on an axis reads phase (t*d) % s at shift (t*d) // s: output o reads o + shift.
-    max_shift = [((k - 1) * d) // s for k, d, s in zip(kernel, dilations, strides, strict=True)]
-    grid = [o + sh for o, sh in zip(out, max_shift, strict=True)]
-    grid[0] += 1  # the flat windows of the last rows run up to one row past the end
-    phases = np.full(lead + tuple(strides) + tuple(grid), fill, dtype=x.dtype)
-    keep = (slice(None),) * len(lead)
+    grid_l = [
+        o + ((k - 1) * d) // s for o, k, d, s in zip(out, kernel, dilations, strides, strict=True)
+    ]
+    grid_l[0] += 1  # the flat windows of the last rows run up to one row past the end
+    grid = tuple(grid_l)
+    copies = []
     for phase in itertools.product(*(range(s) for s in strides)):
         dst: list[slice] = []
         src: list[slice] = []
-        for a, s, pb, n, g in zip(phase, strides, pads_begin, in_sp, grid, strict=True):
+        for a, s, pb, n, g in zip(phase, strides, pads_begin, in_shape, grid, strict=True):
             # Phase position j holds padded position a + s*j, i.e. input index a + s*j - pb.
             j0 = max(0, -(-(pb - a) // s))
             j1 = min(g, -(-(n + pb - a) // s))
@@ -303,8 +329,7 @@ def flat_taps(
             start = a + s * j0 - pb
             src.append(slice(start, start + s * (j1 - j0 - 1) + 1, s))
         else:
-            phases[keep + phase + tuple(dst)] = x[keep + tuple(src)]
-    flat = phases.reshape(lead + (prod(strides), prod(grid)))
+            copies.append((phase + tuple(dst), tuple(src)))
     pitch = [prod(grid[k + 1 :]) for k in range(nsp)]
     tap_slices = []
     for tap in itertools.product(*(range(k) for k in kernel)):
@@ -314,4 +339,30 @@ def flat_taps(
             ph = ph * s + p % s
         off = sum((p // s) * pt for p, s, pt in zip(pos, strides, pitch, strict=True))
         tap_slices.append((ph, off))
-    return FlatTaps(flat, tuple(tap_slices), tuple(grid), out)
+    return FlatPlan(
+        tuple(in_shape),
+        tuple(out),
+        grid,
+        tuple(strides),
+        tuple(copies),
+        tuple(tap_slices),
+        out[0] * prod(grid[1:]),
+    )
+
+
+def lead_blocks(
+    n: int, c: int, row_bytes: int, budget: int | None = None
+) -> Iterator[tuple[slice, slice]]:
+    """(images, channels) slices covering an (n, c) lead in blocks of about ``budget``
+    (default :data:`BLOCK_BYTES`) bytes, given ``row_bytes`` per (image, channel) row."""
+    budget = BLOCK_BYTES if budget is None else budget
+    row_bytes = max(1, row_bytes)
+    if c * row_bytes <= budget:
+        nb = max(1, budget // (c * row_bytes))
+        for n0 in range(0, n, nb):
+            yield slice(n0, n0 + nb), slice(None)
+        return
+    cb = max(1, budget // row_bytes)
+    for n0 in range(n):
+        for c0 in range(0, c, cb):
+            yield slice(n0, n0 + 1), slice(c0, c0 + cb)

@@ -23,7 +23,8 @@ from ._spatial import (
     SpatialAttrs,
     Window,
     compute_dtype,
-    flat_taps,
+    flat_plan,
+    lead_blocks,
     pad_spatial,
     prod,
     read_spatial_attrs,
@@ -101,8 +102,6 @@ def conv_forward(
 
 # Column arrays are built in chunks of at most this many bytes (bounded memory, cache reuse).
 _COLS_BUDGET = 1 << 25
-# Depthwise accumulators are processed in channel blocks of about this many bytes.
-_DW_BLOCK = 1 << 19
 
 
 def _im2col_matmul(
@@ -181,34 +180,32 @@ def _depthwise(
 ) -> np.ndarray:
     """Conv with one input channel per group: multiply-add tap by tap.
 
-    The input is laid out with :func:`~._spatial.flat_taps` so every tap is a contiguous
-    slice and each multiply-add runs over a long inner loop; channels are processed in
-    blocks so the accumulator stays in cache across the taps.
-    Returns (N, group, M/group, *out).
+    Blocks of (image, channel) rows are laid out with a :class:`~._spatial.FlatPlan`, so
+    every tap is a contiguous slice and each multiply-add runs over a long inner loop while
+    the block stays in cache. Returns (N, group, M/group, *out).
     """
     n = x.shape[0]
     group, m_per_g, ntaps = wp.shape
-    ft = flat_taps(x, win.pads_begin, kernel, strides, dilations, win.out_shape)
-    lq = ft.lq
-    flat = ft.flat[:, :, None]  # (N, group, 1, phases, F)
+    out = win.out_shape
     wd = wp.reshape(group, m_per_g, ntaps, 1)
-    acc_all = np.empty((n, group, m_per_g, lq), dtype=x.dtype)
-    per_channel = n * m_per_g * lq * x.dtype.itemsize
-    cb = max(1, min(group, _DW_BLOCK // max(1, per_channel)))
-    for c0 in range(0, group, cb):
-        c1 = min(group, c0 + cb)
-        fb = flat[:, c0:c1]
-        wb = wd[c0:c1]
-        acc = acc_all[:, c0:c1]
-        tmp = np.empty(acc.shape, dtype=x.dtype)
-        for i, (ph, off) in enumerate(ft.tap_slices):
-            src = fb[..., ph, off : off + lq]
+    y = np.empty((n, group, m_per_g) + out, dtype=x.dtype)
+    plan = flat_plan(x.shape[2:], win.pads_begin, kernel, strides, dilations, out)
+    lq = plan.lq
+    row_bytes = plan.row_bytes(x.dtype.itemsize) + 2 * m_per_g * lq * x.dtype.itemsize
+    for ns, cs in lead_blocks(n, group, row_bytes):
+        flat = plan.layout(x[ns, cs])[:, :, None]  # (n_b, c_b, 1, phases, F)
+        wb = wd[cs]
+        acc = np.empty(flat.shape[:2] + (m_per_g, lq), dtype=x.dtype)
+        tmp = np.empty_like(acc)
+        for i in range(ntaps):
+            src = plan.tap(flat, i)
             if i == 0:
                 np.multiply(src, wb[:, :, i], out=acc)
             else:
                 np.multiply(src, wb[:, :, i], out=tmp)
                 acc += tmp
-    return ft.crop(acc_all)
+        y[ns, cs] = plan.view(acc)
+    return y
 
 
 class _ConvBase(Kernel):

@@ -1,15 +1,18 @@
 """CPU kernels: pooling (MaxPool, AveragePool, LpPool and their Global forms).
 
-Windowed pools pad the input once (``-inf``/the dtype's minimum for max, 0 otherwise) and
-reduce over the kernel taps, each tap being one strided slice of the padded input, so
-every step is a whole-tensor vectorized operation. ``ceil_mode`` windows that run past
-the end padding read padding that never counts (see :class:`~._spatial.Window`).
+Windowed pools reduce over the kernel taps with whole-array ufuncs. Cache-sized blocks of
+(image, channel) rows are laid out by a :class:`~._spatial.FlatPlan` (stride phases, padded
+with ``-inf``/the dtype's minimum for max and 0 otherwise) in which every tap is one
+contiguous slice, so each step runs long contiguous inner loops. ``ceil_mode`` windows that
+run past the end padding read padding that never counts (see :class:`~._spatial.Window`).
 MaxPool's optional Indices output holds the flat (row-major, or column-major over the
 spatial axes when storage_order=1) index of each maximum in the unpadded input.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,12 +21,13 @@ from onyxrt.kernels import Kernel, KernelInfo
 
 from . import registry
 from ._spatial import (
+    FlatPlan,
     Window,
     compute_dtype,
-    pad_spatial,
+    flat_plan,
+    lead_blocks,
     prod,
     read_spatial_attrs,
-    taps,
     window,
 )
 
@@ -47,6 +51,37 @@ def _lowest(dtype: np.dtype[Any]) -> Any:
     return -np.inf
 
 
+def _reduce_taps(plan: FlatPlan, flat: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+    """Fold every tap with ``ufunc`` (np.add, np.maximum): (*lead, lq) on the pitch grid."""
+    acc = np.array(plan.tap(flat, 0), copy=True)
+    for i in range(1, len(plan.tap_slices)):
+        ufunc(acc, plan.tap(flat, i), out=acc)
+    return acc
+
+
+def _max_taps(
+    plan: FlatPlan, flat: np.ndarray, tap_values: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Max over the taps and ``tap_values`` of the first tap holding it, on the grid.
+
+    Masked copies are slow, so the first matching tap is found arithmetically: tap ``i``
+    scores ``T - i`` where it equals the max, and the highest score wins.
+    """
+    best = _reduce_taps(plan, flat, np.maximum)
+    n_taps = len(plan.tap_slices)
+    kdt = np.dtype(np.uint16) if n_taps < 65535 else np.dtype(np.int64)
+    score = np.zeros(best.shape, dtype=kdt)
+    cand = np.empty_like(score)
+    hit = np.empty(best.shape, dtype=bool)
+    for i in range(n_taps):
+        np.equal(plan.tap(flat, i), best, out=hit)
+        np.multiply(hit, kdt.type(n_taps - i), out=cand)
+        np.maximum(score, cand, out=score)
+    # Score 0 (a NaN maximum matches no tap) maps to tap 0.
+    first = (n_taps - score.astype(np.int64)) % n_taps
+    return best, np.take(np.asarray(tap_values, dtype=np.int64), first)
+
+
 class _Pool(Kernel):
     """Window attributes and geometry shared by the windowed pools."""
 
@@ -65,9 +100,19 @@ class _Pool(Kernel):
         return k, s, d, win
 
     @staticmethod
-    def _padded(x: np.ndarray, win: Window, value: Any) -> np.ndarray:
-        end = tuple(e + x_ for e, x_ in zip(win.pads_end, win.extra_end, strict=True))
-        return pad_spatial(x, win.pads_begin, end, value)
+    def _blocks(
+        x: np.ndarray,
+        k: tuple[int, ...],
+        s: tuple[int, ...],
+        d: tuple[int, ...],
+        win: Window,
+        fill: Any,
+    ) -> Iterator[tuple[tuple[slice, slice], FlatPlan, np.ndarray]]:
+        """Cache-sized blocks of (image, channel) rows, each laid out for its taps."""
+        plan = flat_plan(x.shape[2:], win.pads_begin, k, s, d, win.out_shape)
+        row_bytes = plan.row_bytes(x.dtype.itemsize) + 2 * plan.lq * x.dtype.itemsize
+        for ns, cs in lead_blocks(x.shape[0], x.shape[1], row_bytes):
+            yield (ns, cs), plan, plan.layout(x[ns, cs], fill)
 
 
 @registry.register("MaxPool", since=(1, 8, 10, 11, 12, 22))
@@ -83,49 +128,37 @@ class MaxPool(_Pool):
 
     def compute(self, x):
         k, s, d, win = self._geometry(x)
-        xp = self._padded(x, win, _lowest(x.dtype))
-        lead = (slice(None), slice(None))
-        tap_list = list(taps(k, s, d, win.out_shape))
-        y = np.array(xp[lead + tap_list[0][1]], copy=True)
+        y = np.empty(x.shape[:2] + win.out_shape, dtype=x.dtype)
         if not self.want_indices:
-            for _, sl in tap_list[1:]:
-                np.maximum(y, xp[lead + sl], out=y)
+            for blk, plan, flat in self._blocks(x, k, s, d, win, _lowest(x.dtype)):
+                y[blk] = plan.view(_reduce_taps(plan, flat, np.maximum))
             return (y,)
-        best_tap = np.zeros(y.shape, dtype=np.int64)
-        for i, (_, sl) in enumerate(tap_list[1:], start=1):
-            v = xp[lead + sl]
-            better = v > y
-            np.copyto(y, v, where=better)
-            np.copyto(best_tap, i, where=better)
-        return (y, self._indices(x.shape, best_tap, k, s, d, win))
-
-    def _indices(
-        self,
-        x_shape: tuple[int, ...],
-        best_tap: np.ndarray,
-        kernel: tuple[int, ...],
-        strides: tuple[int, ...],
-        dilations: tuple[int, ...],
-        win: Window,
-    ) -> np.ndarray:
-        in_sp = x_shape[2:]
+        # Indices: flat input offset of the best tap relative to its window's origin, plus
+        # the origin's offset (and the image/channel offset) added afterwards.
+        in_sp = x.shape[2:]
         nsp = len(in_sp)
-        tap_coords = np.unravel_index(best_tap, kernel) if nsp > 1 else (best_tap,)
-        # Flat element stride of each spatial axis in the chosen storage order.
         if self.storage_order == 0:
             steps = [prod(in_sp[i + 1 :]) for i in range(nsp)]
         else:
             steps = [prod(in_sp[:i]) for i in range(nsp)]
-        n, c = x_shape[:2]
-        idx = (np.arange(n * c, dtype=np.int64) * prod(in_sp)).reshape((n, c) + (1,) * nsp)
-        idx = np.broadcast_to(idx, best_tap.shape).copy()
+        tap_off = [
+            sum(t * dd * st for t, dd, st in zip(tap, d, steps, strict=True))
+            for tap in itertools.product(*(range(kk) for kk in k))
+        ]
+        idx = np.empty(y.shape, dtype=np.int64)
+        for blk, plan, flat in self._blocks(x, k, s, d, win, _lowest(x.dtype)):
+            best, arg = _max_taps(plan, flat, tap_off)
+            y[blk] = plan.view(best)
+            idx[blk] = plan.view(arg)
+        n, c = x.shape[:2]
+        origin = (np.arange(n * c, dtype=np.int64) * prod(in_sp)).reshape((n, c) + (1,) * nsp)
         for ax in range(nsp):
             shape = [1] * (nsp + 2)
             shape[ax + 2] = win.out_shape[ax]
-            pos = (np.arange(win.out_shape[ax], dtype=np.int64) * strides[ax]).reshape(shape)
-            coord = pos + tap_coords[ax].astype(np.int64) * dilations[ax] - win.pads_begin[ax]
-            idx += coord * steps[ax]
-        return idx
+            start = np.arange(win.out_shape[ax], dtype=np.int64) * s[ax] - win.pads_begin[ax]
+            origin = origin + (start * steps[ax]).reshape(shape)
+        idx += origin
+        return (y, idx)
 
 
 @registry.register("AveragePool", since=(1, 7, 10, 11, 19, 22))
@@ -139,32 +172,37 @@ class AveragePool(_Pool):
     def compute(self, x):
         k, s, d, win = self._geometry(x)
         cdt = compute_dtype(x.dtype)
-        xp = self._padded(x.astype(cdt, copy=False), win, 0)
-        lead = (slice(None), slice(None))
-        tap_list = list(taps(k, s, d, win.out_shape))
-        acc = np.array(xp[lead + tap_list[0][1]], copy=True)
-        for _, sl in tap_list[1:]:
-            acc += xp[lead + sl]
+        acc = _sum_pool(x.astype(cdt, copy=False), k, s, d, win)
         if not win.padded or (self.count_include_pad and not any(win.extra_end)):
             acc /= cdt.type(prod(k))
             return (acc.astype(x.dtype, copy=False),)
-        # Count, per output, the taps that land on elements that count.
+        # Count, per output, the taps that land on elements that count: the input (and,
+        # with count_include_pad, the declared pads) but never the ceil_mode overhang.
         in_sp = x.shape[2:]
         if self.count_include_pad:
-            ones = np.ones(
-                tuple(
-                    n + b + e for n, b, e in zip(in_sp, win.pads_begin, win.pads_end, strict=True)
-                ),
-                cdt,
+            region = tuple(
+                n + b + e for n, b, e in zip(in_sp, win.pads_begin, win.pads_end, strict=True)
             )
-            mask = pad_spatial(ones, (0,) * len(k), win.extra_end, 0)
+            mask, mask_pb = np.ones(region, cdt), (0,) * len(k)
         else:
-            mask = self._padded(np.ones(in_sp, cdt), win, 0)
-        count = np.zeros(win.out_shape, cdt)
-        for _, sl in tap_list:
-            count += mask[sl]
-        acc /= count
+            mask, mask_pb = np.ones(in_sp, cdt), win.pads_begin
+        plan = flat_plan(mask.shape, mask_pb, k, s, d, win.out_shape)
+        acc /= plan.view(_reduce_taps(plan, plan.layout(mask), np.add))
         return (acc.astype(x.dtype, copy=False),)
+
+
+def _sum_pool(
+    x: np.ndarray,
+    k: tuple[int, ...],
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    win: Window,
+) -> np.ndarray:
+    """Sum of each window (zero padding): (N, C, *out) in ``x``'s dtype."""
+    y = np.empty(x.shape[:2] + win.out_shape, dtype=x.dtype)
+    for blk, plan, flat in _Pool._blocks(x, k, s, d, win, 0):
+        y[blk] = plan.view(_reduce_taps(plan, flat, np.add))
+    return y
 
 
 def _lp_p(info: KernelInfo) -> float:
@@ -201,12 +239,7 @@ class LpPool(_Pool):
     def compute(self, x):
         k, s, d, win = self._geometry(x)
         cdt = compute_dtype(x.dtype)
-        xp = self._padded(_abs_pow(x.astype(cdt, copy=False), self.p), win, 0)
-        lead = (slice(None), slice(None))
-        tap_list = list(taps(k, s, d, win.out_shape))
-        acc = np.array(xp[lead + tap_list[0][1]], copy=True)
-        for _, sl in tap_list[1:]:
-            acc += xp[lead + sl]
+        acc = _sum_pool(_abs_pow(x.astype(cdt, copy=False), self.p), k, s, d, win)
         return (_root(acc, self.p).astype(x.dtype, copy=False),)
 
 

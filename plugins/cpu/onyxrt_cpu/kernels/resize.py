@@ -161,6 +161,8 @@ class _ResizeBase(Kernel):
                 if not -rank <= a < rank:
                     raise ValueError(f"axis {a} is out of range for rank {rank}")
                 axes.append(a + rank if a < 0 else a)
+            if len(set(axes)) != len(axes):
+                raise ValueError(f"axes {self.axes_attr} repeat an axis of the rank-{rank} input")
         n = len(axes)
         if (scales is None) == (sizes is None):
             raise ValueError("exactly one of 'scales' and 'sizes' must be given")
