@@ -14,6 +14,7 @@ import statistics
 import time
 
 import numpy as np
+
 import onyxrt
 from onyxrt.testing.models import add_chain
 

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
 from onyxrt.discovery import reset_catalog
 
 TESTS_DIR = Path(__file__).parent
@@ -24,8 +25,13 @@ class PluginSite:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def add_distribution(self, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None,
-                         version: str = "1.0") -> None:
+    def add_distribution(
+        self,
+        dist: str,
+        entry_points: dict[str, str],
+        modules: dict[str, str] | None = None,
+        version: str = "1.0",
+    ) -> None:
         """Create ``<dist>-<version>.dist-info`` with ``onyxrt.providers`` entry points and
         the given module sources."""
         info = self.root / f"{dist.replace('-', '_')}-{version}.dist-info"
@@ -45,19 +51,55 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plu
     monkeypatch.syspath_prepend(str(site))
     reset_catalog()
     yield PluginSite(site)
-    for mod in [m for m, v in sys.modules.items() if getattr(v, "__file__", "") and str(site) in str(v.__file__)]:
+    for mod in [
+        m
+        for m, v in sys.modules.items()
+        if getattr(v, "__file__", "") and str(site) in str(v.__file__)
+    ]:
         del sys.modules[mod]
     reset_catalog()
 
 
+TOY = "ToyDeviceExecutionProvider"
+
+# The plugin module of a fake ``onyxrt-toy`` distribution: it offers the toy device
+# provider from ``toy_provider.py`` through the ``onyxrt.providers`` entry point.
+TOY_PLUGIN = """
+from onyxrt.hookspecs import ProviderSpec, hookimpl
+
+def _load():
+    from toy_provider import ToyDeviceExecutionProvider
+    return ToyDeviceExecutionProvider
+
+@hookimpl
+def onyxrt_providers():
+    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
+"""
 
 
-def make_model(nodes, inputs, outputs, initializers=(), opset: int = 17, ir_version: int = 10,
-               name: str = "test_graph") -> onnx.ModelProto:
+@pytest.fixture
+def toy_provider(plugin_site: PluginSite) -> str:
+    """Install the toy device provider (a device with its own memory, an arena and the
+    options ``device_id``, ``arena_extend_strategy`` and ``memory_limit``); its name."""
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
+    return TOY
+
+
+def make_model(
+    nodes,
+    inputs,
+    outputs,
+    initializers=(),
+    opset: int = 17,
+    ir_version: int = 10,
+    name: str = "test_graph",
+) -> onnx.ModelProto:
     """A model from onnx.helper pieces; ``initializers`` is a dict name -> array."""
     inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()]
     graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version
+    )
     return model
 
 
@@ -70,7 +112,10 @@ def tensor(name: str, shape, elem=TensorProto.FLOAT):
 def add_relu_model() -> onnx.ModelProto:
     """y = Relu(x + w), x float32 [N, 3]."""
     return make_model(
-        [helper.make_node("Add", ["x", "w"], ["s"], name="add"), helper.make_node("Relu", ["s"], ["y"], name="relu")],
+        [
+            helper.make_node("Add", ["x", "w"], ["s"], name="add"),
+            helper.make_node("Relu", ["s"], ["y"], name="relu"),
+        ],
         [tensor("x", ["N", 3])],
         [tensor("y", ["N", 3])],
         {"w": np.array([1.0, -2.0, 3.0], np.float32)},

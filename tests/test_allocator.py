@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -9,8 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import onyxrt as ort
 from onyxrt.allocator import Allocation, ArenaAllocator, HostMemory
-from onyxrt.errors import InvalidProviderOption, OutOfMemory
+from onyxrt.errors import InvalidProviderOption, OnyxError, OutOfMemory
 
 KiB = 1024
 
@@ -205,11 +208,6 @@ def test_block_of_a_region_this_arena_does_not_have_is_refused():
         mine.free(foreign)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: regions are numbered 1, 2, ... in every arena, so a block from "
-    "another arena with the same region number is accepted by free()",
-)
 def test_block_from_another_arena_is_refused():
     mine = _arena("kNextPowerOfTwo", initial_region=4 * KiB)
     theirs = _arena("kNextPowerOfTwo", initial_region=4 * KiB)
@@ -470,3 +468,69 @@ def test_any_sequence_keeps_in_use_exact_and_blocks_disjoint(ops, strategy):
     assert stats.in_use == 0
     assert arena.release_cached() == stats.reserved
     assert arena.stats().reserved == 0
+
+
+# -- through a session: the toy device's arena ---------------------------------------------
+
+CPU = "CPUExecutionProvider"
+W_BLOCK = 256  # add_relu_model's weight w (3 float32) on the toy device, aligned
+
+
+def _relu_x_plus_w(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x + np.array([1.0, -2.0, 3.0], np.float32), 0)
+
+
+def test_session_reports_the_device_arena_and_releases_its_cache(toy_provider, add_relu_model):
+    sess = ort.InferenceSession(add_relu_model, providers=[toy_provider, CPU])
+    assert CPU not in sess.memory_stats()  # numpy allocates CPU values: no arena
+    before = sess.memory_stats()[toy_provider]
+    assert (before["in_use"], before["limit"]) == (W_BLOCK, None)  # the weight lives there
+    x = np.ones((1000, 3), np.float32)  # 12000 bytes: more than the first 4 KiB region
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], _relu_x_plus_w(x))
+    after = sess.memory_stats()[toy_provider]
+    assert after["in_use"] == W_BLOCK  # every intermediate went back to the arena
+    assert after["peak_in_use"] >= W_BLOCK + 2 * 12032  # x and x + w were live together
+    assert after["allocations"] >= before["allocations"] + 3  # x, x + w and the result
+    assert after["frees"] >= before["frees"] + 3
+    assert after["reserved"] > before["reserved"]
+    released = sess.release_cached_memory()
+    assert released > 0
+    cached = sess.memory_stats()[toy_provider]
+    assert cached["reserved"] == after["reserved"] - released
+    assert cached["in_use"] == W_BLOCK  # the weight's region is kept
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], _relu_x_plus_w(x))
+
+
+@pytest.mark.parametrize("strategy", ["kNextPowerOfTwo", "kSameAsRequested"])
+def test_memory_limit_of_a_device_provider_is_enforced(toy_provider, add_relu_model, strategy):
+    limit = 2 * KiB
+    sess = ort.InferenceSession(
+        add_relu_model,
+        providers=[
+            (toy_provider, {"memory_limit": "2KiB", "arena_extend_strategy": strategy}),
+            CPU,
+        ],
+    )
+    assert sess.memory_stats()[toy_provider]["limit"] == limit
+    # x (1200 bytes) fits beside w, but the intermediate x + w (1200 more) does not.
+    big = np.ones((100, 3), np.float32)
+    with pytest.raises(OnyxError) as err:  # OutOfMemory, possibly wrapped
+        sess.run(None, {"x": big})
+    chain, exc = [], err.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    assert any(isinstance(e, OutOfMemory) for e in chain)
+    message = str(err.value)
+    assert "requested 1200 bytes" in message and f"limit {limit} bytes" in message
+    failed = sess.memory_stats()[toy_provider]
+    assert failed["reserved"] <= limit
+    assert W_BLOCK + 1280 <= failed["peak_in_use"] <= limit
+    del err, chain, exc
+    gc.collect()
+    assert sess.memory_stats()[toy_provider]["in_use"] == W_BLOCK  # the failed run leaked nothing
+    small = np.ones((40, 3), np.float32)  # what fits still runs
+    np.testing.assert_array_equal(sess.run(None, {"x": small})[0], _relu_x_plus_w(small))
+    stats = sess.memory_stats()[toy_provider]
+    assert stats["in_use"] == W_BLOCK
+    assert stats["reserved"] <= limit and stats["peak_in_use"] <= limit

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onyxrt
 import pytest
+
+import onyxrt
 from onyxrt.testing import models
 
 ort = pytest.importorskip("onnxruntime")

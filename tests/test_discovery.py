@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import onyxrt as ort
 import pytest
+
+import onyxrt as ort
 from onyxrt.discovery import catalog
 from onyxrt.errors import DuplicateProviderError
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import TensorProto, helper
+
+import onyxrt as ort
 from onyxrt.errors import (
     InvalidArgument,
     InvalidGraph,
@@ -318,11 +319,6 @@ def _cycle_model() -> onnx.ModelProto:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: onnx's checker runs before the graph IR, so a cycle is a plain "
-    "InvalidModel whose message is cut before the node name",
-)
 def test_cycle_is_invalid_graph_naming_the_nodes():
     with pytest.raises(InvalidGraph) as err:
         _session(_cycle_model())
@@ -358,11 +354,6 @@ def _undefined_value_model() -> onnx.ModelProto:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: an undefined value is reported by onnx's checker as InvalidModel "
-    "with the node name cut off the message",
-)
 def test_undefined_value_is_invalid_graph_naming_node_and_value():
     with pytest.raises(InvalidGraph) as err:
         _session(_undefined_value_model())
@@ -401,11 +392,6 @@ def test_value_produced_twice_is_invalid_graph_naming_both_nodes():
     assert "'y'" in message and "first" in message and "second" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: nodes listed out of topological order are rejected by onnx's "
-    "checker although the graph IR sorts them and onnxruntime runs such models",
-)
 def test_nodes_out_of_order_still_run():
     model = make_model(
         [
@@ -419,11 +405,6 @@ def test_nodes_out_of_order_still_run():
     np.testing.assert_array_equal(y, -np.maximum(X, 0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a graph output declared without a shape is rejected by onnx's "
-    "checker ('shape' required) although onnxruntime runs the model",
-)
 def test_output_declared_without_shape_still_runs():
     model = make_model(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],

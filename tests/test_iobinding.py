@@ -10,27 +10,16 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime
-import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import helper
-from onyxrt.errors import InvalidArgument, InvalidInput, ProviderUnavailable
 from toy_provider import ToyBuffer
+
+import onyxrt as ort
+from onyxrt.errors import InvalidArgument, InvalidInput, ProviderUnavailable
 
 CPU = "CPUExecutionProvider"
 TOY = "ToyDeviceExecutionProvider"
-
-TOY_PLUGIN = """
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-
-def _load():
-    from toy_provider import ToyDeviceExecutionProvider
-    return ToyDeviceExecutionProvider
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
-"""
 
 W = np.array([1.0, -2.0, 3.0], np.float32)
 
@@ -41,12 +30,6 @@ def _x(n: int = 2, seed: int = 0) -> np.ndarray:
 
 def _expected(x: np.ndarray) -> np.ndarray:
     return np.maximum(x + W, 0)
-
-
-@pytest.fixture
-def toy_site(plugin_site):
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
-    return plugin_site
 
 
 def _toy(sess: ort.InferenceSession):
@@ -209,11 +192,6 @@ def test_binding_an_output_to_an_unavailable_device_fails_at_bind_time(add_relu_
         sess.io_binding().bind_output("y", "cuda")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a preallocated output whose shape or dtype does not match the result "
-    "is silently broadcast/cast into (onnxruntime raises)",
-)
 @pytest.mark.parametrize(
     ("shape", "dtype"),
     [([2, 3], np.float32), ([3], np.float64)],
@@ -238,7 +216,7 @@ def test_preallocated_output_of_the_wrong_shape_or_type_is_an_error(shape, dtype
 # -- a second device with its own memory ------------------------------------------------
 
 
-def test_output_bound_to_the_device_stays_there(toy_site, add_relu_model):
+def test_output_bound_to_the_device_stays_there(toy_provider, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, providers=[TOY, CPU])
     assert sess.placement.nodes_by_provider() == {TOY: ["add", "relu"]}
     toy = _toy(sess)
@@ -265,7 +243,9 @@ def test_output_bound_to_the_device_stays_there(toy_site, add_relu_model):
     np.testing.assert_array_equal(copied, _expected(x))
 
 
-def test_output_bound_to_cpu_in_a_device_session_comes_back_to_the_host(toy_site, add_relu_model):
+def test_output_bound_to_cpu_in_a_device_session_comes_back_to_the_host(
+    toy_provider, add_relu_model
+):
     sess = ort.InferenceSession(add_relu_model, providers=[TOY, CPU])
     x = _x()
     binding = sess.io_binding()
@@ -278,7 +258,7 @@ def test_output_bound_to_cpu_in_a_device_session_comes_back_to_the_host(toy_site
     np.testing.assert_array_equal(out.numpy(), _expected(x))
 
 
-def test_output_of_a_cpu_session_bound_to_the_device_is_moved_there(toy_site, add_relu_model):
+def test_output_of_a_cpu_session_bound_to_the_device_is_moved_there(toy_provider, add_relu_model):
     sess = ort.InferenceSession(add_relu_model)
     assert sess.get_providers() == [CPU]
     x = _x()
@@ -292,7 +272,7 @@ def test_output_of_a_cpu_session_bound_to_the_device_is_moved_there(toy_site, ad
     np.testing.assert_array_equal(out.numpy(), _expected(x))
 
 
-def test_device_ortvalues_as_inputs_and_preallocated_outputs(toy_site, add_relu_model):
+def test_device_ortvalues_as_inputs_and_preallocated_outputs(toy_provider, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, providers=[TOY, CPU])
     x = _x()
     value = ort.OrtValue.ortvalue_from_numpy(x, "toy")
@@ -315,10 +295,11 @@ def test_device_ortvalues_as_inputs_and_preallocated_outputs(toy_site, add_relu_
 
 @pytest.mark.xfail(
     strict=True,
-    reason="core bug (performance): an input already in the device memory the first node "
-    "reads is copied to the host and back on every run_with_iobinding",
+    reason="the core does not yet feed device-resident inputs where they live: an input "
+    "already in the memory the first node reads is copied to the host and back on every "
+    "run_with_iobinding (planned with the GPU providers, issue 4)",
 )
-def test_device_input_is_used_where_it_lives(toy_site, add_relu_model):
+def test_device_input_is_used_where_it_lives(toy_provider, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, providers=[TOY, CPU])
     x = _x()
     value = ort.OrtValue.ortvalue_from_numpy(x, "toy")

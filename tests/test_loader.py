@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import TensorProto, helper, numpy_helper
+
+import onyxrt as ort
 from onyxrt.errors import InvalidModel, UnsafeExternalData
 from onyxrt.loader import load_model
 
@@ -151,11 +152,6 @@ def test_loaded_model_no_longer_references_external_data(tmp_path: Path):
     np.testing.assert_array_equal(by_name["b"], B)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: external data is looked up next to the symlink's target, not next "
-    "to the model path the user gave (onnxruntime uses the given path's folder)",
-)
 def test_external_data_next_to_a_symlinked_model_path(tmp_path: Path):
     real = _save_external(tmp_path / "store")
     served = tmp_path / "served"

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 import pytest
+
 from onyxrt.testing import models
 
 ort = pytest.importorskip("onnxruntime")

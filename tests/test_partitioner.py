@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onyxrt as ort
 import pytest
 from conftest import make_model, tensor
 from onnx import helper
+
+import onyxrt as ort
 from onyxrt.devices import Device
 from onyxrt.errors import KernelError, NotImplementedOp, PartitionError
 from onyxrt.graph import Graph
@@ -588,11 +589,6 @@ def test_pinning_through_session_config_keeps_a_node_out_of_the_group(plugin_sit
 SILENT_PLUGIN = FUSE_PLUGIN.replace('return (__import__("numpy").maximum(x + w, 0),)', "return ()")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a kernel returning fewer outputs than its node/group has is not "
-    "detected; session.run hands the user None for the missing output",
-)
 def test_fused_kernel_returning_too_few_outputs_is_an_error(plugin_site):
     assert SILENT_PLUGIN != FUSE_PLUGIN
     plugin_site.add_distribution(

@@ -10,25 +10,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime
-import onyxrt as ort
-import pytest
 from conftest import make_model, tensor
 from onnx import helper
 
+import onyxrt as ort
+
 CPU = "CPUExecutionProvider"
 TOY = "ToyDeviceExecutionProvider"
-
-TOY_PLUGIN = """
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-
-def _load():
-    from toy_provider import ToyDeviceExecutionProvider
-    return ToyDeviceExecutionProvider
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
-"""
 
 
 def _options(prefix: Path) -> ort.SessionOptions:
@@ -139,8 +127,7 @@ def test_node_event_names_match_the_placement(tmp_path):
         assert (ev["args"]["op_name"], ev["args"]["provider"]) == placed[node]
 
 
-def test_device_nodes_name_their_provider(plugin_site, tmp_path):
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
+def test_device_nodes_name_their_provider(toy_provider, tmp_path):
     model = make_model(
         [
             helper.make_node("Add", ["x", "w"], ["a"], name="add"),
@@ -162,13 +149,7 @@ def test_device_nodes_name_their_provider(plugin_site, tmp_path):
     assert [list(s[0].values())[0] for s in shapes] == [[2, 3], [5, 3]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: profiler reports output_size/activation_size 0 for values in device "
-    "memory (it only counts numpy arrays)",
-)
-def test_device_nodes_report_their_output_size(plugin_site, tmp_path, add_relu_model):
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
+def test_device_nodes_report_their_output_size(toy_provider, tmp_path, add_relu_model):
     _, _, events = _profile_twice(add_relu_model, add_relu_model, tmp_path, providers=[TOY, CPU])
     relu = [ev["args"] for ev in events if ev["name"] == "relu_kernel_time"]
     assert [(a["provider"], a["output_size"]) for a in relu] == [(TOY, "24"), (TOY, "60")]
@@ -188,11 +169,6 @@ def _node_args(events: list[dict]) -> dict[str, dict]:
     return {ev["name"]: ev["args"] for ev in events if ev["cat"] == "Node"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: profiler counts graph inputs (feeds) as parameter_size instead of "
-    "activation_size (onnxruntime: parameters are initializers only)",
-)
 def test_node_sizes_match_onnxruntime(tmp_path, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, _options(tmp_path / "ours"))
     sess.run(None, {"x": _x()})
@@ -204,11 +180,6 @@ def test_node_sizes_match_onnxruntime(tmp_path, add_relu_model):
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: input/output_type_shape use numpy dtype names ('float32') where "
-    "onnxruntime's trace uses ONNX type names ('float')",
-)
 def test_type_shapes_match_onnxruntime(tmp_path, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, _options(tmp_path / "ours"))
     sess.run(None, {"x": _x()})

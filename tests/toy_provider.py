@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+
 from onyxrt.allocator import EXTEND_STRATEGIES, ArenaAllocator, HostMemory
 from onyxrt.devices import Device
 from onyxrt.dtypes import FLOAT_TYPES

@@ -115,8 +115,8 @@ class Graph:
                 initializers[t.name] = numpy_helper.to_array(t)
             except Exception as exc:  # a tensor whose bytes do not match its declared shape
                 raise InvalidGraph(
-                    f"initializer {t.name!r} cannot be read: {exc}. The model file may be "
-                    "truncated or its external data missing."
+                    f"initializer {t.name!r} cannot be read: {_size_mismatch(t) or exc}. The "
+                    "model file may be truncated or its external data missing."
                 ) from exc
         for st in graph.sparse_initializer:
             initializers[st.values.name] = _sparse_to_dense(st)
@@ -194,6 +194,25 @@ class Graph:
 
 #: The read-only surface providers use; the same class, named for its role.
 GraphView = Graph
+
+
+def _size_mismatch(t: onnx.TensorProto) -> str:
+    """'holds N bytes but shape S of T needs M bytes', when the raw data is short."""
+    from .dtypes import np_dtype
+
+    try:
+        itemsize = np_dtype(t.data_type).itemsize
+    except TypeError:
+        return ""
+    if not t.HasField("raw_data") or t.data_type == onnx.TensorProto.STRING:
+        return ""
+    needed = int(np.prod(t.dims, dtype=np.int64)) * itemsize
+    if len(t.raw_data) == needed:
+        return ""
+    return (
+        f"its data holds {len(t.raw_data)} bytes but shape {tuple(t.dims)} of "
+        f"{np_dtype(t.data_type)} needs {needed} bytes"
+    )
 
 
 def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:

@@ -267,8 +267,6 @@ class PlanContext:
     opsets: Mapping[str, int]
     requested: tuple[str, ...] = ()
     fallbacks: tuple[Any, ...] = ()
-    subgraph_reports: dict[str, PlacementReport] = field(default_factory=dict)
-    verbose: bool = False
 
 
 def build_plan(graph: Graph, ctx: PlanContext, *, outputs_on_host: bool = True) -> ExecutionPlan:
@@ -290,6 +288,8 @@ class _PlanBuilder:
         # where each value is available: value → {memory space: slot}
         self.where: dict[str, dict[str, int]] = {}
         self.home: dict[str, tuple[str, int]] = {}  # value → (space, owner provider index)
+        # Reports of this graph's own control-flow bodies ("node/body" → report).
+        self.sub_reports: dict[str, PlacementReport] = {}
 
     # -- slots -----------------------------------------------------------------------
     def _new_slot(self, name: str, space: str, value: Any = None) -> int:
@@ -490,7 +490,7 @@ class _PlanBuilder:
             sub = Graph.from_proto(body, self.ctx.opsets, outer_scope=visible)
             plan = build_plan(sub, self.ctx)
             if plan.placement is not None:
-                self.ctx.subgraph_reports[f"{node.name}/{body.name or 'body'}"] = plan.placement
+                self.sub_reports[f"{node.name}/{body.name or 'body'}"] = plan.placement
             return PlanSubgraphRunner(plan)
 
         return build
@@ -532,7 +532,7 @@ class _PlanBuilder:
             refusals=tuple(self.partition.refusals),
             fallbacks=tuple(self.ctx.fallbacks),
             partitions=self.partition.partitions,
-            subgraphs=self.ctx.subgraph_reports,
+            subgraphs=dict(self.sub_reports),
         )
 
 

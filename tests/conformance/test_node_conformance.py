@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from exclusions import EXCLUDED, RANDOM_OUTPUT
+
 from onyxrt.testing.conformance import check_case, node_cases
 
 CASES = node_cases()

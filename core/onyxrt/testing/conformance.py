@@ -1,8 +1,9 @@
 """The ONNX node conformance suite, run through :mod:`onyxrt.backend`.
 
 Cases come from the installed onnx package (``collect_testcases``) and are checked with
-onnx's own comparison (``Runner.assert_similar_outputs``, the suite's tolerances), so a
-pass here is a pass in ``onnx.backend.test.BackendTest``.
+onnx's own comparison (``Runner.assert_similar_outputs``, the suite's tolerances) applied
+output by output, so a pass here is a pass in ``onnx.backend.test.BackendTest`` (except
+that sequences of 0-d tensors, which onnx's recursion cannot compare, are compared too).
 
     python -m onyxrt.testing.conformance            # count, and failures by reason
     python -m onyxrt.testing.conformance Conv Relu  # only cases whose name contains these
@@ -45,16 +46,31 @@ def check_case(case: TestCase, device: str = "CPU") -> None:
 
     Raises AssertionError (mismatch) or the onyxrt error that stopped it.
     """
-    from onnx.backend.test.runner import Runner
-
     from .. import backend
 
     rep = backend.prepare(case.model, device)
     for inputs, expected in case.data_sets or ():
         outputs = list(rep.run([_as_value(v) for v in inputs]))
-        Runner.assert_similar_outputs(
-            [_as_value(v) for v in expected], outputs, rtol=case.rtol, atol=case.atol
-        )
+        _assert_similar([_as_value(v) for v in expected], outputs, case.rtol, case.atol)
+
+
+def _assert_similar(expected: list[Any], outputs: list[Any], rtol: float, atol: float) -> None:
+    """onnx's ``Runner.assert_similar_outputs``, except that sequence elements are
+    compared one by one: onnx's own recursion calls ``len()`` on the elements and so
+    raises TypeError for any sequence of 0-d tensors, whatever the runtime returns."""
+    from onnx.backend.test.runner import Runner
+
+    assert len(outputs) == len(expected), f"{len(outputs)} outputs, expected {len(expected)}"
+    for want, got in zip(expected, outputs):
+        if isinstance(want, list):
+            assert isinstance(got, list), f"expected a sequence, got {type(got).__name__}"
+            assert len(got) == len(want), f"sequence of {len(got)}, expected {len(want)}"
+            for w, g in zip(want, got):
+                Runner.assert_similar_outputs([w], [g], rtol=rtol, atol=atol)
+        elif want is None:
+            assert got is None, f"expected an empty optional, got {type(got).__name__}"
+        else:
+            Runner.assert_similar_outputs([want], [got], rtol=rtol, atol=atol)
 
 
 def _as_value(value: Any) -> Any:

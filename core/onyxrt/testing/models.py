@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -78,7 +79,7 @@ class _Graph:
         return self.op_n(op_type, inputs, name, 1, **attrs)[0]
 
     def op_n(
-        self, op_type: str, inputs: Sequence[str], name: str, n_out: int, **attrs: object
+        self, op_type: str, inputs: Sequence[str], name: str, n_out: int, **attrs: Any
     ) -> list[str]:
         """Add a node with ``n_out`` outputs, named ``name`` or ``name:i``."""
         if name in self._node_names:
@@ -107,7 +108,7 @@ class _Graph:
 
     def const(self, name: str, value: object, dtype: type = np.float32) -> str:
         """A shared constant initializer; asking again for the same name reuses it."""
-        array = np.asarray(value, dtype=dtype)
+        array: np.ndarray = np.asarray(value, dtype=dtype)
         if name in self._consts:
             if not np.array_equal(self._consts[name], array):
                 raise ValueError(f"constant {name!r} redefined with a different value")

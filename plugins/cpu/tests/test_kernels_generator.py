@@ -16,6 +16,7 @@ import onnxruntime as ort
 import pytest
 from kernel_cases import iter_cases, run_case
 from onnx import TensorProto, helper, numpy_helper
+
 from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo

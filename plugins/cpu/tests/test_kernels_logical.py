@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from kernel_cases import iter_cases, run_case
 from onnx import TensorProto, helper
+
 from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry

@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 from kernel_cases import iter_cases, run_case
 from onnx import TensorProto, helper
+
 from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo

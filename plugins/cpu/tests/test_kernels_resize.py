@@ -18,6 +18,7 @@ import pytest
 from kernel_cases import iter_cases, run_case
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
+
 from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo

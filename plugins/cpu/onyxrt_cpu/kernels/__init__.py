@@ -12,6 +12,7 @@ registry = KernelRegistry("CPUExecutionProvider")
 # Family modules register themselves on import; the order does not matter.
 from . import (  # noqa: E402,F401
     activation,
+    controlflow,
     conv,
     elementwise,
     generator,
@@ -22,6 +23,7 @@ from . import (  # noqa: E402,F401
     pool,
     reduction,
     resize,
+    sequence,
     shape,
 )
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 

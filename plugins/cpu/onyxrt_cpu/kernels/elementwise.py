@@ -19,6 +19,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from onnx import TensorProto, helper
+
 from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import numpy as np
+
 from onyxrt.dtypes import FLOAT_TYPES, np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from onyxrt.kernels import Kernel, KernelInfo
 
 from . import registry

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 from onnx import TensorProto
+
 from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 

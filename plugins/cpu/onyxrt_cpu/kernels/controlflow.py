@@ -1,0 +1,201 @@
+"""CPU kernels: control flow (If, Loop, Scan).
+
+Bodies run through :meth:`KernelInfo.subgraph`, which the core builds once per body at
+session creation with the session's providers (so a body's nodes may run on another
+device; its placement is in ``PlacementReport.subgraphs``). Values a body reads from
+the enclosing graph arrive after the node's explicit inputs, in the order of
+``info.implicit_inputs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onyxrt.errors import InvalidGraph
+from onyxrt.kernels import Kernel, KernelInfo
+
+from . import registry
+
+_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+
+
+def _truth(value: Any, what: str, node: str) -> bool:
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise ValueError(f"{node}: {what} must hold exactly one value, got shape {arr.shape}")
+    return bool(arr.reshape(-1)[0])
+
+
+class _ControlFlow(Kernel):
+    """Splits the node's inputs into explicit ones and outer-scope values."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.n_explicit = len(info.input_names)
+        self.implicit = info.implicit_inputs
+
+    def _split(self, inputs: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        n = self.n_explicit
+        return inputs[:n], dict(zip(self.implicit, inputs[n:]))
+
+
+@registry.register("If", since=_VERSIONS)
+class If(_ControlFlow):
+    """Run ``then_branch`` or ``else_branch`` depending on a boolean scalar."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.then_branch = info.subgraph("then_branch")
+        self.else_branch = info.subgraph("else_branch")
+
+    def compute(self, *inputs: Any) -> tuple[Any, ...]:
+        (cond,), outer = self._split(inputs)
+        branch = self.then_branch if _truth(cond, "cond", self.info.node_name) else self.else_branch
+        return tuple(branch.run((), outer))
+
+
+def _stack(values: list[Any], axis: int = 0) -> np.ndarray:
+    return np.stack([np.asarray(v) for v in values], axis=axis)
+
+
+@registry.register("Loop", since=_VERSIONS)
+class Loop(_ControlFlow):
+    """Iterate ``body`` while the trip count and the condition allow.
+
+    Outputs are the final loop-carried values followed by the scan outputs, each stacked
+    along a new first axis.
+    """
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.body = info.subgraph("body")
+        self.n_carried = self.n_explicit - 2
+        n_body_out = len(self.body.output_names)
+        self.n_scan = n_body_out - 1 - self.n_carried
+        if self.n_scan < 0:
+            raise InvalidGraph(
+                f"Loop node {info.node_name!r}: the body has {n_body_out} outputs but the node "
+                f"carries {self.n_carried} values (the body must output cond + carried + scans)"
+            )
+
+    def compute(self, *inputs: Any) -> tuple[Any, ...]:
+        explicit, outer = self._split(inputs)
+        trip, cond = explicit[0], explicit[1]
+        carried = list(explicit[2:])
+        max_trip = int(np.asarray(trip).reshape(-1)[0]) if trip is not None else None
+        keep = _truth(cond, "cond", self.info.node_name) if cond is not None else True
+        scans: list[list[Any]] = [[] for _ in range(self.n_scan)]
+        i = 0
+        while keep and (max_trip is None or i < max_trip):
+            outs = self.body.run([np.array(i, dtype=np.int64), np.array(keep), *carried], outer)
+            keep = _truth(outs[0], "the body's cond output", self.info.node_name)
+            carried = list(outs[1 : 1 + self.n_carried])
+            for k, v in enumerate(outs[1 + self.n_carried :]):
+                scans[k].append(v)
+            i += 1
+        stacked = []
+        for k, values in enumerate(scans):
+            if values:
+                stacked.append(_stack(values))
+            else:
+                stacked.append(self._empty_scan(k))
+        return (*carried, *stacked)
+
+    def _empty_scan(self, k: int) -> np.ndarray:
+        vt = self.info.output_types[self.n_carried + k] if self.info.output_types else None
+        dtype = vt.dtype if vt is not None and vt.dtype is not None else np.float32
+        rank = len(vt.shape) if vt is not None and vt.shape is not None else 1
+        return np.zeros((0,) + (0,) * max(rank - 1, 0), dtype=dtype)
+
+
+@registry.register("Scan", since=(9, 11, 16, 19, 21, 23, 24, 25))
+class Scan(_ControlFlow):
+    """Run ``body`` once per slice of the scan inputs, threading state through."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.body = info.subgraph("body")
+        self.n_scan_in = int(info.attr("num_scan_inputs"))
+        self.n_state = self.n_explicit - self.n_scan_in
+        self.n_scan_out = len(self.body.output_names) - self.n_state
+        m, k = self.n_scan_in, self.n_scan_out
+        self.in_axes = list(info.attr("scan_input_axes", [0] * m))
+        self.in_dirs = list(info.attr("scan_input_directions", [0] * m))
+        self.out_axes = list(info.attr("scan_output_axes", [0] * k))
+        self.out_dirs = list(info.attr("scan_output_directions", [0] * k))
+        if len(self.in_axes) != m or len(self.in_dirs) != m or len(self.out_axes) != k or len(self.out_dirs) != k:
+            raise InvalidGraph(
+                f"Scan node {info.node_name!r}: scan axis/direction attributes do not match "
+                f"{m} scan inputs and {k} scan outputs"
+            )
+
+    def compute(self, *inputs: Any) -> tuple[Any, ...]:
+        explicit, outer = self._split(inputs)
+        states = list(explicit[: self.n_state])
+        scan_in = [np.asarray(x) for x in explicit[self.n_state :]]
+        axes = [a + x.ndim if a < 0 else a for a, x in zip(self.in_axes, scan_in)]
+        lengths = {x.shape[a] for x, a in zip(scan_in, axes)}
+        if len(lengths) > 1:
+            raise ValueError(f"Scan node {self.info.node_name!r}: scan inputs differ in length {sorted(lengths)}")
+        steps = lengths.pop() if lengths else 0
+        collected: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
+        for t in range(steps):
+            slices = [
+                np.take(x, steps - 1 - t if d else t, axis=a)
+                for x, a, d in zip(scan_in, axes, self.in_dirs)
+            ]
+            outs = self.body.run([*states, *slices], outer)
+            states = list(outs[: self.n_state])
+            for k, v in enumerate(outs[self.n_state :]):
+                collected[k].append(v)
+        results = []
+        for k, values in enumerate(collected):
+            if self.out_dirs[k]:
+                values = values[::-1]
+            if values:
+                first = np.asarray(values[0])
+                axis = self.out_axes[k] + first.ndim + 1 if self.out_axes[k] < 0 else self.out_axes[k]
+                results.append(_stack(values, axis))
+            else:
+                results.append(np.zeros((0,), dtype=np.float32))
+        return (*states, *results)
+
+
+@registry.register("Scan", since=8)
+class Scan8(_ControlFlow):
+    """Scan-8: like Scan-9 with a leading batch axis and optional sequence lengths."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.body = info.subgraph("body")
+        self.n_scan_in = int(info.attr("num_scan_inputs"))
+        self.n_state = self.n_explicit - 1 - self.n_scan_in
+        self.n_scan_out = len(self.body.output_names) - self.n_state
+        self.dirs = list(info.attr("directions", [0] * self.n_scan_in))
+
+    def compute(self, *inputs: Any) -> tuple[Any, ...]:
+        explicit, outer = self._split(inputs)
+        seq_lens = explicit[0]
+        states = [np.asarray(s) for s in explicit[1 : 1 + self.n_state]]
+        scan_in = [np.asarray(x) for x in explicit[1 + self.n_state :]]
+        batch = scan_in[0].shape[0] if scan_in else states[0].shape[0]
+        max_len = scan_in[0].shape[1] if scan_in else 0
+        final_states: list[list[Any]] = [[] for _ in range(self.n_state)]
+        outputs: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
+        for b in range(batch):
+            length = int(seq_lens[b]) if seq_lens is not None else max_len
+            st = [s[b] for s in states]
+            per_step: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
+            for t in range(length):
+                slices = [x[b, length - 1 - t if d else t] for x, d in zip(scan_in, self.dirs)]
+                outs = self.body.run([*st, *slices], outer)
+                st = list(outs[: self.n_state])
+                for k, v in enumerate(outs[self.n_state :]):
+                    per_step[k].append(v)
+            for k, v in enumerate(st):
+                final_states[k].append(v)
+            for k, values in enumerate(per_step):
+                outputs[k].append(_stack(values))
+        return (*[_stack(v) for v in final_states], *[_stack(v) for v in outputs])
