@@ -69,7 +69,7 @@ def tests_core(session: nox.Session) -> None:
 
 
 @nox.session
-@nox.parametrize("plugin", PLUGINS)
+@nox.parametrize("plugin", PLUGINS, ids=PLUGINS)
 def plugin(session: nox.Session, plugin: str) -> None:
     """Fresh env with the core and one plugin: smoke-import it, then run its tests."""
     _install_project(session, [plugin])
@@ -116,4 +116,4 @@ def bench(session: nox.Session) -> None:
     """Benchmarks side by side with onnxruntime (see benchmarks/)."""
     _install_project(session, _installable_plugins())
     session.install(*TEST_REQUIREMENTS)
-    session.run("python", "benchmarks/run.py", *session.posargs)
+    session.run("python", "benchmarks/dispatch_overhead.py", *session.posargs)

@@ -10,6 +10,7 @@ reader so intermediates are freed as early as possible.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,7 +87,7 @@ class ExecutionPlan:
         self.space_owner: dict[str, int] = {}
         self.protected: set[int] = set()  # slots holding initializers or feeds
         self.initializer_slots: set[int] = set()  # slots holding constant initializers
-        self._compiled: list[tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+        self._compiled: list[tuple[Callable[..., Sequence[Any]], Callable[[list[Any]], Any], bool, tuple[int, ...], tuple[int, ...]]] = []
 
     # -- running ---------------------------------------------------------------------
     def run(
@@ -149,37 +150,38 @@ class ExecutionPlan:
         return provider.data_transfer().copy(value, provider.device, host)
 
     def finalize(self) -> None:
-        """Freeze the steps into the tuples the run loop reads (call after building)."""
-        self._compiled = [(s.fn, s.ins, s.outs, s.release) for s in self.steps]
+        """Freeze the steps into the tuples the run loop reads (call after building).
+
+        Each tuple holds the kernel's compute, an ``itemgetter`` fetching its inputs
+        from the slot list (a single value for one input, a tuple otherwise), whether it
+        takes exactly one input, its output slots and the slots it releases.
+        """
+        compiled = []
+        for s in self.steps:
+            if len(s.ins) == 0:
+                get: Callable[[list[Any]], Any] = _no_inputs
+            else:
+                get = operator.itemgetter(*s.ins)
+            compiled.append((s.fn, get, len(s.ins) == 1, s.outs, s.release))
+        self._compiled = compiled
 
     def _execute(self, vals: list[Any], run_options: Any) -> None:
         # The hot loop: plain tuples and local names keep per-node overhead to about a
         # microsecond; everything else (names, providers) is looked up only on error.
         i = -1
         try:
-            if run_options is None:
-                for i, (fn, ins, outs, release) in enumerate(self._compiled):
-                    results = fn(*[vals[j] for j in ins])
-                    if len(results) < len(outs):
-                        raise _too_few(self.steps[i], results)
-                    for j, v in zip(outs, results):
-                        vals[j] = v
-                    for j in release:
-                        vals[j] = None
-            else:
-                for i, (fn, ins, outs, release) in enumerate(self._compiled):
-                    if run_options.terminate:
-                        raise RunTerminated(
-                            "run terminated by RunOptions.terminate before node "
-                            f"{self.steps[i].name!r}"
-                        )
-                    results = fn(*[vals[j] for j in ins])
-                    if len(results) < len(outs):
-                        raise _too_few(self.steps[i], results)
-                    for j, v in zip(outs, results):
-                        vals[j] = v
-                    for j in release:
-                        vals[j] = None
+            for i, (fn, get, one_input, outs, release) in enumerate(self._compiled):
+                if run_options is not None and run_options.terminate:
+                    raise RunTerminated(
+                        f"run terminated by RunOptions.terminate before node {self.steps[i].name!r}"
+                    )
+                results = fn(get(vals)) if one_input else fn(*get(vals))
+                if len(results) < len(outs):
+                    raise _too_few(self.steps[i], results)
+                for j, v in zip(outs, results):
+                    vals[j] = v
+                for j in release:
+                    vals[j] = None
         except OnyxError:
             raise
         except Exception as exc:
@@ -230,6 +232,10 @@ class ExecutionPlan:
 
 
 _HOST_DEVICE = Device("cpu", "host")
+
+
+def _no_inputs(vals: list[Any]) -> tuple[()]:
+    return ()
 
 
 def _too_few(step: Step, results: Sequence[Any]) -> ProviderError:
