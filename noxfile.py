@@ -58,6 +58,7 @@ def tests(session: nox.Session) -> None:
     session.install(*TEST_REQUIREMENTS)
     test_dirs = ["tests"] + [f"plugins/{p}/tests" for p in _installable_plugins() if (ROOT / "plugins" / p / "tests").is_dir()]
     session.run("python", "-m", "pytest", *test_dirs, *session.posargs)
+    session.notify("plugin_lifecycle")
 
 
 @nox.session
@@ -86,6 +87,45 @@ def plugin(session: nox.Session, plugin: str) -> None:
     tests_dir = ROOT / "plugins" / plugin / "tests"
     if tests_dir.is_dir():
         session.run("python", "-m", "pytest", str(tests_dir), *session.posargs)
+
+
+_LIFECYCLE_CHECK = """
+import json, sys
+import onyxrt
+dist, expect = sys.argv[1], sys.argv[2] == "present"
+import importlib.metadata as md
+names = {e.name: e for e in md.entry_points(group="onyxrt.providers") if e.dist.name == dist}
+from onyxrt.discovery import catalog
+providers = [n for n in catalog().names() if catalog().specs[n].package == dist]
+available = onyxrt.get_available_providers()
+devices = [d for d in onyxrt.get_ep_devices() if d.ep_name in providers]
+print(json.dumps({"dist": dist, "providers": providers, "available": available,
+                  "devices": [str(d.device) for d in devices]}))
+if expect:
+    assert providers and all(p in available for p in providers), "plugin not listed"
+    assert devices, "plugin's devices not listed"
+else:
+    assert not providers and not names, "plugin still listed after uninstall"
+    assert available == ["CPUExecutionProvider"], available
+"""
+
+
+@nox.session
+def plugin_lifecycle(session: nox.Session) -> None:
+    """Each plugin appears only while installed: core + CPU alone list no other provider;
+    installing the plugin lists it and its devices; uninstalling removes it."""
+    _install_project(session, [])
+    session.run("python", "-c", _LIFECYCLE_CHECK, "onyxrt-cpu", "present")
+    for plugin in PLUGINS:
+        if plugin == "cpu":
+            continue
+        dist = _plugin_distribution(plugin)
+        session.run("python", "-m", "pip", "uninstall", "-y", "-q", dist)  # a reused env
+        session.run("python", "-c", _LIFECYCLE_CHECK, dist, "absent")
+        session.install(f"./plugins/{plugin}")
+        session.run("python", "-c", _LIFECYCLE_CHECK, dist, "present")
+        session.run("python", "-m", "pip", "uninstall", "-y", dist)
+        session.run("python", "-c", _LIFECYCLE_CHECK, dist, "absent")
 
 
 @nox.session

@@ -457,10 +457,10 @@ class AddReluKernel(Kernel):
         self.group = group
         self.weights = group.constant_inputs()
 
-    def compute(self, x, w):
+    def compute(self, x):  # constants are baked in at compile: compute gets runtime inputs
         if x.shape[0] == 0:
             raise ValueError("the device cannot take an empty batch")
-        return (__import__("numpy").maximum(x + w, 0),)
+        return (__import__("numpy").maximum(x + self.weights["w"], 0),)
 
 
 class FuseExecutionProvider(ExecutionProvider):
@@ -565,7 +565,8 @@ def test_fused_kernel_failure_is_a_kernel_error_naming_the_group(plugin_site, fu
     assert "'FuseExecutionProvider_test_graph_0'" in message
     assert "on FuseExecutionProvider" in message
     assert "empty batch" in message
-    assert "x: float32[0, 3]" in message and "w: float32[3]" in message
+    # The kernel's inputs are the group's runtime inputs; the constant w was baked in.
+    assert "x: float32[0, 3]" in message and "w:" not in message
 
 
 def test_pinning_through_session_config_keeps_a_node_out_of_the_group(plugin_site, fuse_model):
@@ -586,7 +587,9 @@ def test_pinning_through_session_config_keeps_a_node_out_of_the_group(plugin_sit
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x + w, 0) * w)
 
 
-SILENT_PLUGIN = FUSE_PLUGIN.replace('return (__import__("numpy").maximum(x + w, 0),)', "return ()")
+SILENT_PLUGIN = FUSE_PLUGIN.replace(
+    'return (__import__("numpy").maximum(x + self.weights["w"], 0),)', "return ()"
+)
 
 
 def test_fused_kernel_returning_too_few_outputs_is_an_error(plugin_site):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import operator
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from .errors import (
 )
 from .graph import Graph, Node
 from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
+from .parallel import StepGraph, run_parallel
 from .partitioner import Partition, Partitioner
 from .placement import CopyRecord, FusedGroupRecord, NodePlacement, PlacementReport
 from .protocol import DataTransfer, ExecutionProvider
@@ -87,6 +89,8 @@ class ExecutionPlan:
         self.space_owner: dict[str, int] = {}
         self.protected: set[int] = set()  # slots holding initializers or feeds
         self.initializer_slots: set[int] = set()  # slots holding constant initializers
+        self.kept_slots: set[int] = set()  # never released during a run (outputs, constants)
+        self.step_graph: StepGraph = StepGraph((), (), {})
         self._compiled: list[tuple[Callable[..., Sequence[Any]], Callable[[list[Any]], Any], bool, tuple[int, ...], tuple[int, ...]]] = []
 
     # -- running ---------------------------------------------------------------------
@@ -97,11 +101,13 @@ class ExecutionPlan:
         run_options: Any = None,
         profile: _Profile | None = None,
         keep_on_device: Mapping[str, bool] | None = None,
+        pool: ThreadPoolExecutor | None = None,
     ) -> list[Any]:
         """Execute the plan; ``feeds`` are host values keyed by input name.
 
         Outputs come back on the host unless ``keep_on_device[name]`` is true, in which
-        case they are returned where their producer left them.
+        case they are returned where their producer left them. With a ``pool``
+        independent steps run concurrently (``ORT_PARALLEL``).
         """
         vals = list(self.template)
         input_slots = self.input_slots
@@ -113,7 +119,9 @@ class ExecutionPlan:
             # Floating-point overflow and invalid values are results (inf, nan), as in
             # onnxruntime, not warnings; one context per run keeps kernels free of it.
             with np.errstate(all="ignore"):
-                if profile is None:
+                if pool is not None and profile is None:
+                    run_parallel(self, vals, run_options, pool)
+                elif profile is None:
                     self._execute(vals, run_options)
                 else:
                     self._execute_profiled(vals, run_options, profile)
@@ -164,6 +172,7 @@ class ExecutionPlan:
                 get = operator.itemgetter(*s.ins)
             compiled.append((s.fn, get, len(s.ins) == 1, s.outs, s.release))
         self._compiled = compiled
+        self.step_graph = StepGraph.of(self.steps)
 
     def _execute(self, vals: list[Any], run_options: Any) -> None:
         # The hot loop: plain tuples and local names keep per-node overhead to about a
@@ -330,7 +339,7 @@ class _PlanBuilder:
             provider = self.ctx.providers[pi]
             if unit.group is not None:
                 group = unit.group
-                ins = tuple(self._slot_for(n, pi) for n in group.inputs)
+                ins = tuple(self._slot_for(n, pi) for n in group.runtime_inputs)
                 outs = tuple(self._output_slot(n, pi) for n in group.outputs)
                 step = Step(_unbuilt, ins, outs, (), pi, group.name, "FusedSubgraph", "fused")
                 plan.steps.append(step)
@@ -505,6 +514,7 @@ class _PlanBuilder:
     def _assign_releases(self) -> None:
         plan = self.plan
         keep = {slot for slot, _ in plan.output_slots.values()} | plan.protected | {_NONE_SLOT}
+        plan.kept_slots = keep
         last_use: dict[int, int] = {}
         for si, step in enumerate(plan.steps):
             for j in (*step.ins, *step.outs):

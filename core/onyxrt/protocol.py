@@ -118,9 +118,11 @@ class Capability:
 class FusedSubgraph:
     """A fused group accepted by the partitioner, handed to ``compile``.
 
-    ``inputs`` are the values entering the group (in a stable order: the kernel's
-    ``compute`` receives them in this order), ``outputs`` the values it must return (read
-    outside the group or graph outputs), ``nodes`` the group in topological order.
+    ``inputs`` are the values entering the group, ``outputs`` the values it must return
+    (read outside the group, or graph outputs), ``nodes`` the group in topological order.
+    Constant inputs (initializers) are given to the compiler once, through
+    :meth:`constant_inputs`, to bake into the program; the compiled kernel's ``compute``
+    receives only :attr:`runtime_inputs`, in that order, and returns ``outputs`` in order.
     """
 
     name: str
@@ -130,8 +132,13 @@ class FusedSubgraph:
     graph: GraphView
 
     def constant_inputs(self) -> dict[str, Any]:
-        """Initializer values among the inputs (weights a compiler can bake in)."""
+        """Initializer values among the inputs (weights the compiler bakes in)."""
         return {n: self.graph.initializers[n] for n in self.inputs if self.graph.is_constant(n)}
+
+    @property
+    def runtime_inputs(self) -> tuple[str, ...]:
+        """The inputs that change from run to run: what the kernel's ``compute`` takes."""
+        return tuple(n for n in self.inputs if not self.graph.is_constant(n))
 
 
 class DataTransfer(Protocol):
@@ -217,8 +224,9 @@ class ExecutionProvider(abc.ABC):
     def compile(self, subgraphs: Sequence[FusedSubgraph]) -> Sequence[Kernel]:
         """Turn each fused group into one kernel, in one batched call.
 
-        Each returned kernel's ``compute`` takes the group's ``inputs`` in order and
-        returns its ``outputs`` in order.
+        Each returned kernel's ``compute`` takes the group's ``runtime_inputs`` in order
+        (constants come from ``constant_inputs()`` at compile time) and returns its
+        ``outputs`` in order.
         """
         raise NotImplementedError(f"{self.name} claims no fused subgraphs")
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -47,6 +50,7 @@ from .protocol import ExecutionProvider
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
     PIN_NODES_KEY,
+    ExecutionMode,
     STRICT_PROVIDERS_KEY,
     OrtExecutionProviderDevicePolicy,
     RunOptions,
@@ -143,6 +147,11 @@ class InferenceSession:
         self._logger = session_logger(opts.logid, opts.log_severity_level)
         self._profiler = Profiler(opts.profile_file_prefix, bool(opts.enable_profiling))
         self._run_lock: threading.Lock | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        if opts.execution_mode == ExecutionMode.ORT_PARALLEL:
+            workers = opts.inter_op_num_threads or min(4, os.cpu_count() or 1)
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onyxrt-inter-op")
+            weakref.finalize(self, self._pool.shutdown, wait=False)
         t0 = time.perf_counter()
         self._loaded = self._load(path_or_bytes)
         t1 = time.perf_counter()
@@ -368,7 +377,7 @@ class InferenceSession:
         lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
         with lock:
             t0 = time.perf_counter()
-            outputs = self._plan.run(feeds, names, run_options, profile, keep_on_device)
+            outputs = self._plan.run(feeds, names, run_options, profile, keep_on_device, self._pool)
             t1 = time.perf_counter()
         if profile is not None:
             self._profiler.session_event("model_run", t0, t1)
