@@ -12,11 +12,11 @@ import contextlib
 import difflib
 import os
 import threading
-import weakref
-from concurrent.futures import ThreadPoolExecutor
 import time
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +50,8 @@ from .protocol import ExecutionProvider
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
     PIN_NODES_KEY,
-    ExecutionMode,
     STRICT_PROVIDERS_KEY,
+    ExecutionMode,
     OrtExecutionProviderDevicePolicy,
     RunOptions,
     SessionOptions,
