@@ -7,15 +7,16 @@ checked against onnxruntime or numpy truth.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
-from onnx import TensorProto, helper
+from kernel_cases import BF16, conformance_params, randn, run_case
+from kernel_cases import op_output as ours
+from kernel_cases import op_output_onnxruntime as onnxrt
+from onnx import helper
 
-from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -30,18 +31,8 @@ OPS = [
 # Conformance cases these kernels cannot pass, with the reason. None today.
 XFAIL: dict[str, str] = {}
 
-BF16 = np_dtype(TensorProto.BFLOAT16)
 
-
-def _params():
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in XFAIL:
-            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
-        yield pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", conformance_params(OPS, XFAIL))
 def test_conformance(case):
     run_case(case)
 
@@ -49,47 +40,7 @@ def test_conformance(case):
 # ----------------------------------------------------------------- helpers
 
 
-def _node(op, n_inputs, attrs):
-    names = [f"in{i}" if present else "" for i, present in enumerate(n_inputs)]
-    return helper.make_node(op, names, ["out"], name=f"test_{op}", **attrs)
-
-
-def ours(op, inputs, opset, **attrs):
-    """Run our kernel for ``op`` at ``opset`` on ``inputs`` (None = absent optional input)."""
-    node = _node(op, [x is not None for x in inputs], attrs)
-    kdef, reason = registry.lookup("", op, opset)
-    assert kdef is not None, reason
-    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version)
-    kernel = kdef.factory(info)
-    copies = [None if x is None else np.array(x, copy=True) for x in inputs]
-    outs = kernel.compute(*inputs)
-    assert isinstance(outs, tuple)
-    for x, c in zip(inputs, copies, strict=True):  # inputs must not be modified
-        if x is not None:
-            np.testing.assert_array_equal(x, c)
-    return outs[0]
-
-
-def onnxrt(op, inputs, opset, **attrs):
-    """Run ``op`` at ``opset`` in onnxruntime (the oracle)."""
-    node = _node(op, [x is not None for x in inputs], attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(f"in{i}", onnx_elem_type(x.dtype), list(x.shape))
-        for i, x in enumerate(inputs)
-        if x is not None
-    ]
-    out_type = onnx_elem_type(inputs[0].dtype)
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_tensor_value_info("out", out_type, None)]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {f"in{i}": x for i, x in enumerate(inputs) if x is not None}
-    return sess.run(None, feed)[0]
-
-
-def _randn(shape, seed=0, scale=3.0, dtype=np.float32):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
+_randn = functools.partial(randn, scale=3.0)
 
 
 # ---------------------------------------------------------------------- erf

@@ -9,12 +9,12 @@ auto_pad, 1-D/3-D, float16, prepacked constant weights).
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
+from kernel_cases import conformance_params, randn, run_case
+from kernel_cases import op_output as ours
+from kernel_cases import op_output_onnxruntime as onnxrt
 from onnx import helper
 
-from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -25,66 +25,9 @@ OPS = ["Conv", "ConvTranspose", "ConvInteger"]
 XFAIL: dict[str, str] = {}
 
 
-def _params():
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in XFAIL:
-            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
-        yield pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", conformance_params(OPS, XFAIL))
 def test_conformance(case):
     run_case(case)
-
-
-# ----------------------------------------------------------------- helpers
-
-
-def _node(op, inputs, attrs):
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    while names and names[-1] == "":
-        names.pop()
-    return helper.make_node(op, names, ["out"], name=f"test_{op}", **attrs)
-
-
-def ours(op, inputs, opset, constants=(), **attrs):
-    """Run our kernel; inputs whose index is in ``constants`` are given as initializers."""
-    node = _node(op, inputs, attrs)
-    kdef, reason = registry.lookup("", op, opset)
-    assert kdef is not None, reason
-    consts = {i: inputs[i] for i in constants}
-    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version, constants=consts)
-    kernel = kdef.factory(info)
-    copies = [None if x is None else x.copy() for x in inputs]
-    outs = kernel.compute(*inputs)
-    assert isinstance(outs, tuple)
-    for x, c in zip(inputs, copies, strict=True):  # inputs must not be modified
-        if x is not None:
-            np.testing.assert_array_equal(x, c)
-    return outs[0]
-
-
-def onnxrt(op, inputs, opset, out_dtype=None, **attrs):
-    """Run ``op`` at ``opset`` in onnxruntime (the oracle)."""
-    node = _node(op, inputs, attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(f"in{i}", onnx_elem_type(x.dtype), list(x.shape))
-        for i, x in enumerate(inputs)
-        if x is not None
-    ]
-    out_type = onnx_elem_type(out_dtype or inputs[0].dtype)
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_tensor_value_info("out", out_type, None)]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {f"in{i}": x for i, x in enumerate(inputs) if x is not None}
-    return sess.run(None, feed)[0]
-
-
-def _randn(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
 # -------------------------------------------------------------------- Conv
@@ -120,9 +63,9 @@ CONV_CASES = [
 )
 @pytest.mark.parametrize("const_w", [False, True], ids=["w_input", "w_const"])
 def test_conv_matches_onnxruntime(xs, ws, bias, attrs, const_w):
-    x = _randn(xs, 1)
-    w = _randn(ws, 2)
-    b = _randn((ws[0],), 3) if bias else None
+    x = randn(xs, 1)
+    w = randn(ws, 2)
+    b = randn((ws[0],), 3) if bias else None
     inputs = [x, w, b]
     want = onnxrt("Conv", inputs, 22, **attrs)
     got = ours("Conv", inputs, 22, constants=(1,) if const_w else (), **attrs)
@@ -132,9 +75,9 @@ def test_conv_matches_onnxruntime(xs, ws, bias, attrs, const_w):
 
 def test_conv_constant_weight_still_uses_given_input():
     """A kernel built with a constant W must still compute with the W it is passed."""
-    x = _randn((1, 2, 5, 5), 1)
-    w_const = _randn((3, 2, 3, 3), 2)
-    w_other = _randn((3, 2, 3, 3), 3)
+    x = randn((1, 2, 5, 5), 1)
+    w_const = randn((3, 2, 3, 3), 2)
+    w_other = randn((3, 2, 3, 3), 3)
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="c")
     kdef, _ = registry.lookup("", "Conv", 22)
     kernel = kdef.factory(KernelInfo.from_node(node, 22, constants={1: w_const}))
@@ -146,9 +89,9 @@ def test_conv_constant_weight_still_uses_given_input():
 
 @pytest.mark.parametrize("opset", [1, 11, 22])
 def test_conv_float16_and_float64(opset):
-    x = _randn((1, 4, 7, 7), 1)
-    w = _randn((4, 2, 3, 3), 2)
-    b = _randn((4,), 3)
+    x = randn((1, 4, 7, 7), 1)
+    w = randn((4, 2, 3, 3), 2)
+    b = randn((4,), 3)
     attrs = {"group": 2, "pads": [1, 1, 1, 1], "strides": [2, 2]}
     # onnxruntime has no float64 CPU Conv: compare with its float32 result.
     want = onnxrt("Conv", [x, w, b], 22, **attrs).astype(np.float64)
@@ -171,7 +114,7 @@ def test_conv_rejects_bad_attributes():
 
 def test_conv_channel_mismatch_is_clear():
     with pytest.raises(ValueError, match="channels"):
-        ours("Conv", [_randn((1, 3, 5, 5)), _randn((2, 2, 3, 3))], 22)
+        ours("Conv", [randn((1, 3, 5, 5)), randn((2, 2, 3, 3))], 22)
 
 
 # ----------------------------------------------------------- ConvTranspose
@@ -201,9 +144,9 @@ CONVT_CASES = [
 )
 @pytest.mark.parametrize("const_w", [False, True], ids=["w_input", "w_const"])
 def test_convtranspose_matches_onnxruntime(xs, ws, bias, attrs, const_w):
-    x = _randn(xs, 4)
-    w = _randn(ws, 5)
-    b = _randn((ws[1] * attrs.get("group", 1),), 6) if bias else None
+    x = randn(xs, 4)
+    w = randn(ws, 5)
+    b = randn((ws[1] * attrs.get("group", 1),), 6) if bias else None
     inputs = [x, w, b]
     want = onnxrt("ConvTranspose", inputs, 22, **attrs)
     got = ours("ConvTranspose", inputs, 22, constants=(1,) if const_w else (), **attrs)
@@ -212,8 +155,8 @@ def test_convtranspose_matches_onnxruntime(xs, ws, bias, attrs, const_w):
 
 
 def test_convtranspose_float16():
-    x = _randn((1, 2, 4, 4), 1)
-    w = _randn((2, 3, 3, 3), 2)
+    x = randn((1, 2, 4, 4), 1)
+    w = randn((2, 3, 3, 3), 2)
     want = onnxrt("ConvTranspose", [x, w], 11, strides=[2, 2])
     got = ours("ConvTranspose", [x.astype(np.float16), w.astype(np.float16)], 11, strides=[2, 2])
     assert got.dtype == np.float16 and got.shape == want.shape
@@ -232,7 +175,7 @@ def test_convinteger_matches_onnxruntime(xdt):
     xz = np.array(3, dtype=xdt)
     wz = np.array(-2, dtype=np.int8)
     attrs = {"group": 2, "pads": [1, 0, 1, 2], "strides": [2, 1]}
-    want = onnxrt("ConvInteger", [x, w, xz, wz], 10, out_dtype=np.int32, **attrs)
+    want = onnxrt("ConvInteger", [x, w, xz, wz], 10, out_type=np.int32, **attrs)
     got = ours("ConvInteger", [x, w, xz, wz], 10, **attrs)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
@@ -254,7 +197,7 @@ def test_conv_chunked_paths_match_onnxruntime(monkeypatch, xs, ws, attrs, budget
 
     monkeypatch.setattr(conv, "_COLS_BUDGET", budget)
     monkeypatch.setattr(_spatial, "BLOCK_BYTES", budget)
-    x, w, b = _randn(xs, 1), _randn(ws, 2), _randn((ws[0],), 3)
+    x, w, b = randn(xs, 1), randn(ws, 2), randn((ws[0],), 3)
     want = onnxrt("Conv", [x, w, b], 22, **attrs)
     got = ours("Conv", [x, w, b], 22, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -12,12 +12,17 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
+from kernel_cases import (
+    conformance_params,
+    iter_cases,
+    one_node,
+    run_case,
+    run_onnxruntime,
+    run_ours,
+)
 from onnx import TensorProto, helper, numpy_helper
 
-from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -53,19 +58,7 @@ RANDOM_VALUE_CASES: dict[str, str] = {
 }
 
 
-def _params() -> list[Any]:
-    params = []
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in EXPECTED_FAILURES:
-            marks.append(pytest.mark.xfail(reason=EXPECTED_FAILURES[case.name], strict=True))
-        if case.name in RANDOM_VALUE_CASES:
-            marks.append(pytest.mark.skip(reason=RANDOM_VALUE_CASES[case.name]))
-        params.append(pytest.param(case, id=case.name, marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", conformance_params(OPS, EXPECTED_FAILURES, RANDOM_VALUE_CASES))
 def test_conformance(case) -> None:
     run_case(case)
 
@@ -81,7 +74,7 @@ def test_random_case_outputs(case) -> None:
     node = case.model.graph.node[0]
     opset = case.model.opset_import[0].version
     for inputs, expected in case.data_sets:
-        (got,) = ours(node, opset, *inputs)
+        (got,) = run_ours(node, opset, *inputs)
         assert got.dtype == expected[0].dtype
         assert got.shape == expected[0].shape
         assert set(np.unique(got).tolist()) <= {0, 1}
@@ -90,31 +83,9 @@ def test_random_case_outputs(case) -> None:
 # ----------------------------------------------------------------------------- helpers
 
 
-def ours(node: onnx.NodeProto, opset: int, *inputs: Any) -> tuple[Any, ...]:
-    kdef, reason = registry.lookup("", node.op_type, opset)
-    assert kdef is not None, reason
-    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version)
-    return kdef.factory(info).compute(*inputs)
-
-
-def theirs(node: onnx.NodeProto, opset: int, *inputs: Any) -> list[Any]:
-    graph_inputs, feeds = [], {}
-    for name, value in zip(node.input, inputs, strict=True):
-        arr = np.asarray(value)
-        graph_inputs.append(helper.make_tensor_value_info(name, onnx_elem_type(arr.dtype), None))
-        feeds[name] = arr
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_empty_tensor_value_info(o) for o in node.output]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    model = onnx.shape_inference.infer_shapes(model)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
 def check(node: onnx.NodeProto, opset: int, *inputs: Any) -> None:
-    (got,) = ours(node, opset, *inputs)
-    (want,) = theirs(node, opset, *inputs)
+    (got,) = run_ours(node, opset, *inputs)
+    (want,) = run_onnxruntime(node, opset, inputs)
     got = np.asarray(got)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
@@ -124,10 +95,6 @@ def check(node: onnx.NodeProto, opset: int, *inputs: Any) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     else:
         np.testing.assert_array_equal(got, want)
-
-
-def _node(op: str, inputs: list[str], **attrs) -> onnx.NodeProto:
-    return helper.make_node(op, inputs, ["y"], **attrs)
 
 
 # ----------------------------------------------------------------------------- Constant
@@ -144,19 +111,19 @@ def _node(op: str, inputs: list[str], **attrs) -> onnx.NodeProto:
     ],
 )
 def test_constant_value_attrs(attrs, want) -> None:
-    node = _node("Constant", [])
+    node = one_node("Constant", [])
     for name, value in attrs.items():
         kind = onnx.AttributeProto.INTS if name == "value_ints" else None
         node.attribute.append(helper.make_attribute(name, value, attr_type=kind))
-    (y,) = ours(node, 13)
+    (y,) = run_ours(node, 13)
     assert y.dtype == want.dtype and y.shape == want.shape
     np.testing.assert_array_equal(y, want)
 
 
 def test_constant_strings() -> None:
-    (y,) = ours(_node("Constant", [], value_string="héllo"), 13)
+    (y,) = run_ours(one_node("Constant", [], value_string="héllo"), 13)
     assert y.shape == () and y.dtype == object and y[()] == "héllo"
-    (y,) = ours(_node("Constant", [], value_strings=["a", "bc"]), 13)
+    (y,) = run_ours(one_node("Constant", [], value_strings=["a", "bc"]), 13)
     assert y.dtype == object and y.tolist() == ["a", "bc"]
 
 
@@ -171,8 +138,8 @@ def test_constant_strings() -> None:
     ],
 )
 def test_constant_value_tensor(arr) -> None:
-    node = _node("Constant", [], value=numpy_helper.from_array(arr))
-    (y,) = ours(node, 21)
+    node = one_node("Constant", [], value=numpy_helper.from_array(arr))
+    (y,) = run_ours(node, 21)
     assert y.dtype == arr.dtype and y.shape == arr.shape
     assert y.tolist() == arr.tolist()
     assert not y.flags.writeable  # the same array is handed out on every run
@@ -185,25 +152,25 @@ def test_constant_sparse_and_missing() -> None:
         [3],
     )
     with pytest.raises(InvalidGraph, match="sparse"):
-        ours(_node("Constant", [], sparse_value=sparse), 13)
+        run_ours(one_node("Constant", [], sparse_value=sparse), 13)
     with pytest.raises(InvalidGraph, match="exactly one"):
-        ours(_node("Constant", []), 13)
+        run_ours(one_node("Constant", []), 13)
 
 
 # ----------------------------------------------------------------------------- ConstantOfShape
 
 
 def test_constant_of_shape() -> None:
-    (y,) = ours(_node("ConstantOfShape", ["s"]), 9, np.array([2, 3], np.int64))
+    (y,) = run_ours(one_node("ConstantOfShape", ["s"]), 9, np.array([2, 3], np.int64))
     assert y.dtype == np.float32 and y.shape == (2, 3) and not y.any()
-    (y,) = ours(_node("ConstantOfShape", ["s"]), 9, np.array([], np.int64))
+    (y,) = run_ours(one_node("ConstantOfShape", ["s"]), 9, np.array([], np.int64))
     assert y.shape == () and y.dtype == np.float32
     value = numpy_helper.from_array(np.array([-4], np.int64))
-    check(_node("ConstantOfShape", ["s"], value=value), 20, np.array([3, 1, 2], np.int64))
+    check(one_node("ConstantOfShape", ["s"], value=value), 20, np.array([3, 1, 2], np.int64))
     value = numpy_helper.from_array(np.array([True]))
-    check(_node("ConstantOfShape", ["s"], value=value), 20, np.array([4], np.int64))
+    check(one_node("ConstantOfShape", ["s"], value=value), 20, np.array([4], np.int64))
     value = numpy_helper.from_array(np.array([2.5], np.float16))
-    check(_node("ConstantOfShape", ["s"], value=value), 20, np.array([], np.int64))
+    check(one_node("ConstantOfShape", ["s"], value=value), 20, np.array([], np.int64))
 
 
 # ----------------------------------------------------------------------------- Range
@@ -226,7 +193,7 @@ def test_constant_of_shape() -> None:
 )
 def test_range_vs_ort(dtype, start, limit, delta) -> None:
     check(
-        _node("Range", ["a", "b", "c"]),
+        one_node("Range", ["a", "b", "c"]),
         11,
         np.array(start, dtype),
         np.array(limit, dtype),
@@ -236,7 +203,7 @@ def test_range_vs_ort(dtype, start, limit, delta) -> None:
 
 def test_range_float_is_start_plus_i_delta() -> None:
     args = [np.array(v, np.float32) for v in (2.5, -1.0, -0.7)]
-    (y,) = ours(_node("Range", ["a", "b", "c"]), 11, *args)
+    (y,) = run_ours(one_node("Range", ["a", "b", "c"]), 11, *args)
     want = args[0] + np.arange(6, dtype=np.float32) * args[2]  # ceil(3.5 / 0.7f) = 6
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, want)
@@ -244,8 +211,8 @@ def test_range_float_is_start_plus_i_delta() -> None:
 
 def test_range_int64_exact() -> None:
     big = 2**62
-    (y,) = ours(
-        _node("Range", ["a", "b", "c"]),
+    (y,) = run_ours(
+        one_node("Range", ["a", "b", "c"]),
         11,
         np.array(big, np.int64),
         np.array(big + 10, np.int64),
@@ -257,11 +224,11 @@ def test_range_int64_exact() -> None:
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 def test_range_low_precision(dtype) -> None:
     args = (np.array(1000.0, dtype), np.array(1100.0, dtype), np.array(7.0, dtype))
-    (y,) = ours(_node("Range", ["a", "b", "c"]), 27, *args)
+    (y,) = run_ours(one_node("Range", ["a", "b", "c"]), 27, *args)
     assert y.dtype == np.dtype(dtype)
     want = (np.float32(1000.0) + np.arange(15, dtype=np.float32) * 7).astype(dtype)
     np.testing.assert_array_equal(y.astype(np.float32), want.astype(np.float32))
-    (y0,) = ours(_node("Range", ["a", "b", "c"], stash_type=0), 27, *args)
+    (y0,) = run_ours(one_node("Range", ["a", "b", "c"], stash_type=0), 27, *args)
     acc = [np.asarray(args[0])]
     for _ in range(14):
         acc.append((acc[-1] + args[2]).astype(dtype))
@@ -270,7 +237,9 @@ def test_range_low_precision(dtype) -> None:
 
 def test_range_zero_delta_raises() -> None:
     with pytest.raises(ValueError, match="delta"):
-        ours(_node("Range", ["a", "b", "c"]), 11, *(np.array(v, np.int32) for v in (0, 5, 0)))
+        run_ours(
+            one_node("Range", ["a", "b", "c"]), 11, *(np.array(v, np.int32) for v in (0, 5, 0))
+        )
 
 
 # ----------------------------------------------------------------------------- EyeLike
@@ -279,16 +248,16 @@ def test_range_zero_delta_raises() -> None:
 @pytest.mark.parametrize("k", [-5, -1, 0, 2, 7])
 @pytest.mark.parametrize("shape", [(3, 5), (5, 3), (4, 4), (0, 3)])
 def test_eyelike_vs_ort(k, shape) -> None:
-    check(_node("EyeLike", ["x"], k=k), 9, np.zeros(shape, np.float32))
+    check(one_node("EyeLike", ["x"], k=k), 9, np.zeros(shape, np.float32))
 
 
 def test_eyelike_dtypes() -> None:
     x = np.zeros((3, 4), np.float32)
     for code, dt in [(TensorProto.BOOL, np.bool_), (TensorProto.INT64, np.int64)]:
-        (y,) = ours(_node("EyeLike", ["x"], dtype=code, k=-1), 9, x)
+        (y,) = run_ours(one_node("EyeLike", ["x"], dtype=code, k=-1), 9, x)
         assert y.dtype == dt
         np.testing.assert_array_equal(y, np.eye(3, 4, -1, dtype=dt))
-    (y,) = ours(_node("EyeLike", ["x"], dtype=TensorProto.BFLOAT16), 22, x)
+    (y,) = run_ours(one_node("EyeLike", ["x"], dtype=TensorProto.BFLOAT16), 22, x)
     assert y.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(y.astype(np.float32), np.eye(3, 4, dtype=np.float32))
 
@@ -308,15 +277,15 @@ def test_eyelike_dtypes() -> None:
 )
 def test_random_shape_dtype(op, code, dtype) -> None:
     attrs = {"shape": [3, 0, 2]} if code is None else {"shape": [40, 50], "dtype": code}
-    (y,) = ours(_node(op, [], **attrs), 22 if dtype is ml_dtypes.bfloat16 else 1)
+    (y,) = run_ours(one_node(op, [], **attrs), 22 if dtype is ml_dtypes.bfloat16 else 1)
     assert y.dtype == np.dtype(dtype)
     assert y.shape == tuple(attrs["shape"])
 
 
 def test_random_normal_stats_and_seed() -> None:
-    node = _node("RandomNormal", [], shape=[200, 200], mean=3.0, scale=0.5, seed=11.0)
-    (a,) = ours(node, 22)
-    (b,) = ours(node, 22)
+    node = one_node("RandomNormal", [], shape=[200, 200], mean=3.0, scale=0.5, seed=11.0)
+    (a,) = run_ours(node, 22)
+    (b,) = run_ours(node, 22)
     np.testing.assert_array_equal(a, b)  # same seed, fresh kernel: same values
     assert abs(a.mean() - 3.0) < 0.02 and abs(a.std() - 0.5) < 0.02
     # One kernel gives new values on each run.
@@ -326,12 +295,12 @@ def test_random_normal_stats_and_seed() -> None:
     (d,) = kernel.compute()
     assert not np.array_equal(c, d)
     # Without a seed two kernels differ.
-    unseeded = _node("RandomNormal", [], shape=[10])
-    assert not np.array_equal(ours(unseeded, 22)[0], ours(unseeded, 22)[0])
+    unseeded = one_node("RandomNormal", [], shape=[10])
+    assert not np.array_equal(run_ours(unseeded, 22)[0], run_ours(unseeded, 22)[0])
 
 
 def test_random_uniform_range() -> None:
-    (y,) = ours(_node("RandomUniform", [], shape=[10000], low=-2.0, high=5.0, seed=1.5), 22)
+    (y,) = run_ours(one_node("RandomUniform", [], shape=[10000], low=-2.0, high=5.0, seed=1.5), 22)
     assert y.min() >= -2.0 and y.max() < 5.0
     assert abs(y.mean() - 1.5) < 0.1
 
@@ -339,38 +308,38 @@ def test_random_uniform_range() -> None:
 @pytest.mark.parametrize("op", ["RandomNormalLike", "RandomUniformLike"])
 def test_random_like(op) -> None:
     x = np.zeros((4, 5), np.float16)
-    (y,) = ours(_node(op, ["x"]), 1, x)
+    (y,) = run_ours(one_node(op, ["x"]), 1, x)
     assert y.dtype == np.float16 and y.shape == (4, 5)
-    (y,) = ours(_node(op, ["x"], dtype=TensorProto.DOUBLE), 1, np.zeros((2, 3), np.int32))
+    (y,) = run_ours(one_node(op, ["x"], dtype=TensorProto.DOUBLE), 1, np.zeros((2, 3), np.int32))
     assert y.dtype == np.float64 and y.shape == (2, 3)
     with pytest.raises(ValueError, match="float"):
-        ours(_node(op, ["x"]), 1, np.zeros((2,), np.int32))
+        run_ours(one_node(op, ["x"]), 1, np.zeros((2,), np.int32))
     with pytest.raises(InvalidGraph, match="dtype"):
-        ours(_node(op, ["x"], dtype=TensorProto.INT32), 1, x)
+        run_ours(one_node(op, ["x"], dtype=TensorProto.INT32), 1, x)
 
 
 def test_bernoulli() -> None:
     p = np.array([0.0, 1.0, 0.0, 1.0] * 25, np.float32)
-    (y,) = ours(_node("Bernoulli", ["p"]), 15, p)
+    (y,) = run_ours(one_node("Bernoulli", ["p"]), 15, p)
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, p)
-    (y,) = ours(_node("Bernoulli", ["p"], dtype=TensorProto.INT32), 22, p)
+    (y,) = run_ours(one_node("Bernoulli", ["p"], dtype=TensorProto.INT32), 22, p)
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, p.astype(np.int32))
     half = np.full((100, 100), 0.3, np.float64)
-    (y,) = ours(_node("Bernoulli", ["p"], seed=3.0, dtype=TensorProto.BOOL), 22, half)
+    (y,) = run_ours(one_node("Bernoulli", ["p"], seed=3.0, dtype=TensorProto.BOOL), 22, half)
     assert y.dtype == np.bool_ and abs(y.mean() - 0.3) < 0.03
 
 
 def test_multinomial() -> None:
     logits = np.log(np.array([[0.1, 0.2, 0.7], [1.0, 0.0, 0.0]], np.float32) + 1e-30)
-    (y,) = ours(_node("Multinomial", ["x"], sample_size=20000, seed=5.0), 7, logits)
+    (y,) = run_ours(one_node("Multinomial", ["x"], sample_size=20000, seed=5.0), 7, logits)
     assert y.dtype == np.int32 and y.shape == (2, 20000)
     freq = np.bincount(y[0], minlength=3) / y.shape[1]
     np.testing.assert_allclose(freq, [0.1, 0.2, 0.7], atol=0.02)
     assert (y[1] == 0).all()
-    (y,) = ours(_node("Multinomial", ["x"], dtype=TensorProto.INT64), 22, logits)
+    (y,) = run_ours(one_node("Multinomial", ["x"], dtype=TensorProto.INT64), 22, logits)
     assert y.dtype == np.int64 and y.shape == (2, 1)
     assert y.min() >= 0 and y.max() < 3
     with pytest.raises(InvalidGraph, match="dtype"):
-        ours(_node("Multinomial", ["x"], dtype=TensorProto.FLOAT), 7, logits)
+        run_ours(one_node("Multinomial", ["x"], dtype=TensorProto.FLOAT), 7, logits)

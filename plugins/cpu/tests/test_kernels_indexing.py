@@ -7,20 +7,20 @@ duplicate indices and the output ordering rules of Unique, against onnxruntime o
 
 from __future__ import annotations
 
-from typing import Any
-
 import ml_dtypes
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
-from onnx import helper
+from kernel_cases import (
+    assert_all_versions_registered,
+    assert_every_op_has_cases,
+    conformance_params,
+    one_node,
+    run_case,
+    run_ours,
+)
+from kernel_cases import assert_same_as_onnxruntime as check
 
-from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
-from onyxrt.kernels import KernelInfo
-from onyxrt_cpu.kernels import registry
 
 OPS = [
     "Slice",
@@ -41,78 +41,20 @@ EXPECTED_FAILURES: dict[str, str] = {}
 I64 = np.iinfo(np.int64)
 
 
-def _params() -> list[Any]:
-    params = []
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in EXPECTED_FAILURES:
-            marks.append(pytest.mark.xfail(reason=EXPECTED_FAILURES[case.name], strict=True))
-        params.append(pytest.param(case, id=case.name, marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", conformance_params(OPS, EXPECTED_FAILURES))
 def test_conformance(case) -> None:
     run_case(case)
 
 
 def test_every_op_has_cases() -> None:
-    seen = {c.model.graph.node[0].op_type for c in iter_cases(OPS)}
-    assert seen == set(OPS)
+    assert_every_op_has_cases(OPS)
 
 
 def test_every_schema_version_registered() -> None:
-    for op in OPS:
-        versions = {
-            s.since_version
-            for s in onnx.defs.get_all_schemas_with_history()
-            if s.name == op and s.domain == ""
-        }
-        for v in versions:
-            assert ("", op, v) in registry, (op, v)
+    assert_all_versions_registered(OPS)
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _node(op: str, n_in: int, n_out: int = 1, inputs: list[str] | None = None, **attrs):
-    ins = inputs if inputs is not None else [f"x{i}" for i in range(n_in)]
-    return helper.make_node(op, ins, [f"y{i}" for i in range(n_out)], **attrs)
-
-
-def ours(node: onnx.NodeProto, opset: int, *inputs: Any) -> tuple[Any, ...]:
-    kdef, reason = registry.lookup("", node.op_type, opset)
-    assert kdef is not None, reason
-    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version)
-    return kdef.factory(info).compute(*inputs)
-
-
-def theirs(node: onnx.NodeProto, opset: int, *inputs: Any) -> list[Any]:
-    """Run ``node`` alone in onnxruntime; absent inputs are ``None``."""
-    graph_inputs, feeds = [], {}
-    for name, value in zip(node.input, inputs, strict=False):
-        if not name or value is None:
-            continue
-        arr = np.asarray(value)
-        graph_inputs.append(helper.make_tensor_value_info(name, onnx_elem_type(arr.dtype), None))
-        feeds[name] = arr
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_empty_tensor_value_info(o) for o in node.output]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-def check(node: onnx.NodeProto, opset: int, *inputs: Any) -> None:
-    got = ours(node, opset, *inputs)
-    want = theirs(node, opset, *inputs)
-    assert len(got) >= len(want)
-    for g, w in zip(got, want, strict=False):
-        g = np.asarray(g)
-        assert g.dtype == w.dtype, (g.dtype, w.dtype)
-        assert g.shape == w.shape, (g.shape, w.shape)
-        np.testing.assert_array_equal(g, w)
 
 
 RNG = np.random.default_rng(4321)
@@ -146,35 +88,35 @@ def _i64(v) -> np.ndarray:
 )
 def test_slice_clamping_vs_ort(starts, ends, axes, steps) -> None:
     x = _arr((5, 6, 7))
-    check(_node("Slice", 5), 13, x, _i64(starts), _i64(ends), _i64(axes), _i64(steps))
+    check(one_node("Slice", 5), 13, x, _i64(starts), _i64(ends), _i64(axes), _i64(steps))
 
 
 def test_slice_optional_inputs_and_int32() -> None:
     x = _arr((5, 6, 7), np.int32)
     i32 = np.int32
-    check(_node("Slice", 3), 10, x, np.array([1, 2], i32), np.array([4, 5], i32))
-    node = _node("Slice", 5, inputs=["x0", "x1", "x2", "", "x4"])
+    check(one_node("Slice", 3), 10, x, np.array([1, 2], i32), np.array([4, 5], i32))
+    node = one_node("Slice", ["in0", "in1", "in2", "", "in4"])
     check(node, 13, x, _i64([1, -1]), _i64([4, -6]), None, _i64([1, -2]))
-    (y,) = ours(node, 13, x, _i64([1, -1]), _i64([4, -6]), None, _i64([1, -2]))
+    (y,) = run_ours(node, 13, x, _i64([1, -1]), _i64([4, -6]), None, _i64([1, -2]))
     np.testing.assert_array_equal(y, x[1:4, -1:-6:-2])
 
 
 def test_slice_v1_attributes() -> None:
     x = _arr((5, 6, 7))
-    (y,) = ours(_node("Slice", 1, starts=[1, -3], ends=[I64.max, -1], axes=[0, 2]), 1, x)
+    (y,) = run_ours(one_node("Slice", 1, starts=[1, -3], ends=[I64.max, -1], axes=[0, 2]), 1, x)
     np.testing.assert_array_equal(y, x[1:, :, -3:-1])
-    (y,) = ours(_node("Slice", 1, starts=[1, 0], ends=[100, 2]), 9, x)
+    (y,) = run_ours(one_node("Slice", 1, starts=[1, 0], ends=[100, 2]), 9, x)
     np.testing.assert_array_equal(y, x[1:, 0:2])
     with pytest.raises(InvalidGraph, match="Slice"):
-        ours(_node("Slice", 1, starts=[1]), 1, x)
+        run_ours(one_node("Slice", 1, starts=[1]), 1, x)
 
 
 def test_slice_bad_step_and_strings() -> None:
     x = np.array(["a", "b", "c", "d"], dtype=object)
-    (y,) = ours(_node("Slice", 5), 13, x, _i64([-1]), _i64([-5]), _i64([0]), _i64([-2]))
+    (y,) = run_ours(one_node("Slice", 5), 13, x, _i64([-1]), _i64([-5]), _i64([0]), _i64([-2]))
     assert y.tolist() == ["d", "b"]
     with pytest.raises(ValueError, match="step"):
-        ours(_node("Slice", 5), 13, x, _i64([0]), _i64([2]), _i64([0]), _i64([0]))
+        run_ours(one_node("Slice", 5), 13, x, _i64([0]), _i64([2]), _i64([0]), _i64([0]))
 
 
 # ----------------------------------------------------------------------------- Gather family
@@ -184,15 +126,15 @@ def test_slice_bad_step_and_strings() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
 def test_gather_negative_indices_vs_ort(axis, dtype) -> None:
     x = _arr((5, 6, 7), dtype)
-    check(_node("Gather", 2, axis=axis), 13, x, _i64([[0, -1], [2, -2]]))
-    check(_node("Gather", 2, axis=axis), 11, x, np.array(-1, np.int32))
+    check(one_node("Gather", 2, axis=axis), 13, x, _i64([[0, -1], [2, -2]]))
+    check(one_node("Gather", 2, axis=axis), 11, x, np.array(-1, np.int32))
 
 
 def test_gather_out_of_range_and_dtypes() -> None:
     with pytest.raises(IndexError, match="out of range"):
-        ours(_node("Gather", 2), 13, _arr((3, 2)), _i64([3]))
+        run_ours(one_node("Gather", 2), 13, _arr((3, 2)), _i64([3]))
     x = _arr((4, 2)).astype(ml_dtypes.bfloat16)
-    (y,) = ours(_node("Gather", 2), 1, x, _i64([3, 0]))
+    (y,) = run_ours(one_node("Gather", 2), 1, x, _i64([3, 0]))
     assert y.dtype == x.dtype
     np.testing.assert_array_equal(y, x[[3, 0]])
 
@@ -202,8 +144,8 @@ def test_gather_elements_vs_ort(axis) -> None:
     x = _arr((5, 6, 7))
     n = x.shape[axis]
     idx = RNG.integers(-n, n, (5, 6, 7))
-    check(_node("GatherElements", 2, axis=axis), 13, x, idx.astype(np.int64))
-    check(_node("GatherElements", 2, axis=axis), 11, x, idx[:3, :2, :4].astype(np.int32))
+    check(one_node("GatherElements", 2, axis=axis), 13, x, idx.astype(np.int64))
+    check(one_node("GatherElements", 2, axis=axis), 11, x, idx[:3, :2, :4].astype(np.int32))
 
 
 @pytest.mark.parametrize(
@@ -219,14 +161,14 @@ def test_gather_elements_vs_ort(axis) -> None:
 )
 def test_gather_nd_vs_ort(indices, batch_dims) -> None:
     x = _arr((2, 3, 4, 5))
-    check(_node("GatherND", 2, batch_dims=batch_dims), 13, x, _i64(indices))
+    check(one_node("GatherND", 2, batch_dims=batch_dims), 13, x, _i64(indices))
 
 
 def test_gather_nd_errors() -> None:
     with pytest.raises(ValueError, match="batch"):
-        ours(_node("GatherND", 2, batch_dims=1), 13, _arr((2, 3)), _i64([[0], [1], [0]]))
+        run_ours(one_node("GatherND", 2, batch_dims=1), 13, _arr((2, 3)), _i64([[0], [1], [0]]))
     with pytest.raises(IndexError):
-        ours(_node("GatherND", 2), 13, _arr((2, 3)), _i64([[0, 3]]))
+        run_ours(one_node("GatherND", 2), 13, _arr((2, 3)), _i64([[0, 3]]))
 
 
 # ----------------------------------------------------------------------------- Scatter family
@@ -236,7 +178,7 @@ def test_gather_nd_errors() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
 def test_scatter_nd_reductions_with_duplicates_vs_ort(reduction, dtype) -> None:
     data = _arr((2, 3, 4, 5), dtype)
-    node = _node("ScatterND", 3, reduction=reduction)
+    node = one_node("ScatterND", 3, reduction=reduction)
     dup = _i64([[0, 1], [1, 2], [0, 1], [0, 1]])
     check(node, 18, data, dup, _arr((4, 4, 5), dtype))
     idx = RNG.integers(0, 2, (10, 4)).astype(np.int64)
@@ -246,25 +188,25 @@ def test_scatter_nd_reductions_with_duplicates_vs_ort(reduction, dtype) -> None:
 def test_scatter_nd_none_and_negative_indices() -> None:
     data = _arr((2, 3, 4))
     upd = _arr((2, 4))
-    check(_node("ScatterND", 3), 11, data, _i64([[0, -1], [1, 0]]), upd)
-    (y,) = ours(_node("ScatterND", 3), 13, data, _i64([[0, -1], [1, 0]]), upd)
+    check(one_node("ScatterND", 3), 11, data, _i64([[0, -1], [1, 0]]), upd)
+    (y,) = run_ours(one_node("ScatterND", 3), 13, data, _i64([[0, -1], [1, 0]]), upd)
     want = data.copy()
     want[0, 2] = upd[0]
     want[1, 0] = upd[1]
     np.testing.assert_array_equal(y, want)
     assert not np.array_equal(data, y)  # the input was not modified in place
     # Duplicate indices without reduction: the last update wins, as in onnxruntime.
-    check(_node("ScatterND", 3), 16, data, _i64([[0, 1], [0, 1]]), _arr((2, 4)))
+    check(one_node("ScatterND", 3), 16, data, _i64([[0, 1], [0, 1]]), _arr((2, 4)))
 
 
 def test_scatter_nd_reduction_versions() -> None:
     with pytest.raises(InvalidGraph, match="reduction"):
-        ours(_node("ScatterND", 3, reduction="max"), 16, _arr(3), _i64([[0]]), _arr(1))
+        run_ours(one_node("ScatterND", 3, reduction="max"), 16, _arr(3), _i64([[0]]), _arr(1))
     with pytest.raises(InvalidGraph, match="reduction"):
-        ours(_node("ScatterND", 3, reduction="add"), 13, _arr(3), _i64([[0]]), _arr(1))
+        run_ours(one_node("ScatterND", 3, reduction="add"), 13, _arr(3), _i64([[0]]), _arr(1))
     x = np.zeros(4, ml_dtypes.bfloat16)
     upd = np.array([1, 2], ml_dtypes.bfloat16)
-    (y,) = ours(_node("ScatterND", 3, reduction="add"), 18, x, _i64([[1], [1]]), upd)
+    (y,) = run_ours(one_node("ScatterND", 3, reduction="add"), 18, x, _i64([[1], [1]]), upd)
     assert y.dtype == x.dtype and y.astype(np.float32).tolist() == [0, 3, 0, 0]
 
 
@@ -273,10 +215,10 @@ def test_scatter_elements_vs_ort(axis) -> None:
     x = _arr((5, 6, 7))
     n = x.shape[axis]
     idx = np.clip(RNG.integers(-5, 5, (5, 6, 7)), -n, n - 1)
-    check(_node("ScatterElements", 3, axis=axis), 18, x, idx.astype(np.int64), _arr(idx.shape))
+    check(one_node("ScatterElements", 3, axis=axis), 18, x, idx.astype(np.int64), _arr(idx.shape))
     small = idx[:3, :2, :4].astype(np.int64)
     for red in ["add", "mul", "max", "min"]:
-        node = _node("ScatterElements", 3, axis=axis, reduction=red)
+        node = one_node("ScatterElements", 3, axis=axis, reduction=red)
         check(node, 18, x, small, _arr(small.shape))
         check(node, 18, x.astype(np.int32), small, RNG.integers(-3, 3, small.shape, np.int32))
 
@@ -285,10 +227,10 @@ def test_scatter_deprecated_alias() -> None:
     data = np.zeros((3, 3), np.float32)
     idx = _i64([[1, 0, 2], [0, 2, 1]])
     upd = np.array([[1.0, 1.1, 1.2], [2.0, 2.1, 2.2]], np.float32)
-    (y,) = ours(_node("Scatter", 3), 9, data, idx, upd)
+    (y,) = run_ours(one_node("Scatter", 3), 9, data, idx, upd)
     want = np.array([[2.0, 1.1, 0.0], [1.0, 0.0, 2.2], [0.0, 2.1, 1.2]], np.float32)
     np.testing.assert_array_equal(y, want)
-    (y2,) = ours(_node("Scatter", 3, axis=1), 11, data, _i64([[-1, 0]]), _arr((1, 2)))
+    (y2,) = run_ours(one_node("Scatter", 3, axis=1), 11, data, _i64([[-1, 0]]), _arr((1, 2)))
     assert y2[0, 2] != 0 and y2[0, 0] != 0
 
 
@@ -298,20 +240,20 @@ def test_scatter_deprecated_alias() -> None:
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 def test_one_hot_vs_ort(axis) -> None:
     ind = _i64([[1, -1, 5], [0, -3, 3]])
-    check(_node("OneHot", 3, axis=axis), 11, ind, _i64(3), np.array([0, 1], np.float32))
+    check(one_node("OneHot", 3, axis=axis), 11, ind, _i64(3), np.array([0, 1], np.float32))
     check(
-        _node("OneHot", 3, axis=axis),
+        one_node("OneHot", 3, axis=axis),
         11,
         ind.astype(np.float32),
         np.array([4.0], np.float32),
         np.array([2, 7], np.float32),
     )
-    check(_node("OneHot", 3, axis=axis), 9, ind, _i64([3]), np.array([0, 1], np.int64))
+    check(one_node("OneHot", 3, axis=axis), 9, ind, _i64([3]), np.array([0, 1], np.int64))
 
 
 def test_one_hot_float_indices_truncate_and_strings() -> None:
-    (y,) = ours(
-        _node("OneHot", 3),
+    (y,) = run_ours(
+        one_node("OneHot", 3),
         11,
         np.array([1.7, -0.5, 2.0], np.float32),
         np.array(3, np.int32),
@@ -335,15 +277,15 @@ def test_one_hot_float_indices_truncate_and_strings() -> None:
     ],
 )
 def test_non_zero_vs_ort(x) -> None:
-    check(_node("NonZero", 1), 13, x)
+    check(one_node("NonZero", 1), 13, x)
 
 
 def test_non_zero_other_dtypes() -> None:
     x = np.array([[0, 1.5], [0, -2]], ml_dtypes.bfloat16)
-    (y,) = ours(_node("NonZero", 1), 9, x)
+    (y,) = run_ours(one_node("NonZero", 1), 9, x)
     assert y.dtype == np.int64
     np.testing.assert_array_equal(y, [[0, 1], [1, 1]])
-    (y,) = ours(_node("NonZero", 1), 13, np.array(["", "a", "b"], dtype=object))
+    (y,) = run_ours(one_node("NonZero", 1), 13, np.array(["", "a", "b"], dtype=object))
     np.testing.assert_array_equal(y, [[1, 2]])
 
 
@@ -365,29 +307,29 @@ def test_non_zero_other_dtypes() -> None:
     ],
 )
 def test_unique_vs_ort(x, attrs) -> None:
-    check(_node("Unique", 1, 4, **attrs), 11, x)
+    check(one_node("Unique", 1, 4, **attrs), 11, x)
 
 
 def test_unique_strings_nan_and_empty() -> None:
     s = np.array(["b", "a", "c", "a", "b"], dtype=object)
-    y, first, inv, cnt = ours(_node("Unique", 1, 4), 11, s)
+    y, first, inv, cnt = run_ours(one_node("Unique", 1, 4), 11, s)
     assert y.tolist() == ["a", "b", "c"]
     assert first.tolist() == [1, 0, 2] and inv.tolist() == [1, 0, 2, 0, 1]
     assert cnt.tolist() == [2, 2, 1]
-    y, first, inv, cnt = ours(_node("Unique", 1, 4, sorted=0), 11, s)
+    y, first, inv, cnt = run_ours(one_node("Unique", 1, 4, sorted=0), 11, s)
     assert y.tolist() == ["b", "a", "c"] and inv.tolist() == [0, 1, 2, 1, 0]
     # NaNs form one group (numpy semantics), sorted last.
     x = np.array([np.nan, 1, np.nan], np.float32)
-    y, first, inv, cnt = ours(_node("Unique", 1, 4), 11, x)
+    y, first, inv, cnt = run_ours(one_node("Unique", 1, 4), 11, x)
     np.testing.assert_array_equal(y, [1, np.nan])
     assert first.tolist() == [1, 0] and inv.tolist() == [1, 0, 1] and cnt.tolist() == [1, 2]
-    y, first, inv, cnt = ours(_node("Unique", 1, 4), 11, np.zeros(0, np.float32))
+    y, first, inv, cnt = run_ours(one_node("Unique", 1, 4), 11, np.zeros(0, np.float32))
     assert y.shape == (0,) and first.dtype == np.int64 and cnt.size == 0
 
 
 def test_unique_axis_lexicographic_matches_numpy() -> None:
     x = RNG.integers(0, 2, (3, 9, 2)).astype(np.int64)
-    y, first, inv, cnt = ours(_node("Unique", 1, 4, axis=1), 11, x)
+    y, first, inv, cnt = run_ours(one_node("Unique", 1, 4, axis=1), 11, x)
     ny, nfirst, ninv, ncnt = np.unique(
         x, axis=1, return_index=True, return_inverse=True, return_counts=True
     )

@@ -9,12 +9,12 @@ broadcasting, MatMulInteger zero points, Einsum equations and Det.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
-from onnx import TensorProto, helper
+from kernel_cases import BF16, conformance_params, randn, run_case
+from kernel_cases import op_output as ours
+from kernel_cases import op_output_onnxruntime as onnxrt
+from onnx import helper
 
-from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -24,70 +24,10 @@ OPS = ["Gemm", "MatMul", "MatMulInteger", "Einsum", "Det"]
 # Conformance cases these kernels cannot pass, with the reason. None today.
 XFAIL: dict[str, str] = {}
 
-BF16 = np_dtype(TensorProto.BFLOAT16)
 
-
-def _params():
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in XFAIL:
-            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
-        yield pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", conformance_params(OPS, XFAIL))
 def test_conformance(case):
     run_case(case)
-
-
-# ----------------------------------------------------------------- helpers
-
-
-def _node(op, inputs, attrs):
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    while names and names[-1] == "":
-        names.pop()
-    return helper.make_node(op, names, ["out"], name=f"test_{op}", **attrs)
-
-
-def ours(op, inputs, opset, constants=(), **attrs):
-    """Run our kernel; inputs whose index is in ``constants`` are given as initializers."""
-    node = _node(op, inputs, attrs)
-    kdef, reason = registry.lookup("", op, opset)
-    assert kdef is not None, reason
-    consts = {i: inputs[i] for i in constants}
-    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version, constants=consts)
-    kernel = kdef.factory(info)
-    copies = [None if x is None else x.copy() for x in inputs]
-    outs = kernel.compute(*inputs)
-    assert isinstance(outs, tuple)
-    for x, c in zip(inputs, copies, strict=True):  # inputs must not be modified
-        if x is not None:
-            np.testing.assert_array_equal(x, c)
-    assert isinstance(outs[0], np.ndarray)
-    return outs[0]
-
-
-def onnxrt(op, inputs, opset, out_dtype=None, **attrs):
-    """Run ``op`` at ``opset`` in onnxruntime (the oracle)."""
-    node = _node(op, inputs, attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(f"in{i}", onnx_elem_type(x.dtype), list(x.shape))
-        for i, x in enumerate(inputs)
-        if x is not None
-    ]
-    out_type = onnx_elem_type(out_dtype or inputs[0].dtype)
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_tensor_value_info("out", out_type, None)]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {f"in{i}": x for i, x in enumerate(inputs) if x is not None}
-    return sess.run(None, feed)[0]
-
-
-def _randn(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
 # --------------------------------------------------------------------- Gemm
@@ -110,9 +50,9 @@ GEMM_CASES = [
 )
 @pytest.mark.parametrize("const_b", [False, True], ids=["b_input", "b_const"])
 def test_gemm_matches_onnxruntime(trans_a, trans_b, alpha, beta, c_shape, const_b):
-    a = _randn((4, 3) if trans_a else (3, 4), 1)
-    b = _randn((5, 4) if trans_b else (4, 5), 2)
-    c = None if c_shape is None else _randn(c_shape, 3)
+    a = randn((4, 3) if trans_a else (3, 4), 1)
+    b = randn((5, 4) if trans_b else (4, 5), 2)
+    c = None if c_shape is None else randn(c_shape, 3)
     attrs = {"transA": int(trans_a), "transB": int(trans_b), "alpha": alpha, "beta": beta}
     want = onnxrt("Gemm", [a, b, c], 13, **attrs)
     got = ours("Gemm", [a, b, c], 13, constants=(1,) if const_b else (), **attrs)
@@ -121,7 +61,7 @@ def test_gemm_matches_onnxruntime(trans_a, trans_b, alpha, beta, c_shape, const_
 
 
 def test_gemm_constant_b_still_uses_given_input():
-    a, b1, b2 = _randn((2, 3), 1), _randn((3, 4), 2), _randn((3, 4), 3)
+    a, b1, b2 = randn((2, 3), 1), randn((3, 4), 2), randn((3, 4), 3)
     node = helper.make_node("Gemm", ["a", "b"], ["y"], transB=0)
     kdef, _ = registry.lookup("", "Gemm", 13)
     kernel = kdef.factory(KernelInfo.from_node(node, 13, constants={1: b1}))
@@ -131,7 +71,7 @@ def test_gemm_constant_b_still_uses_given_input():
 
 @pytest.mark.parametrize("opset", [1, 6, 7, 9, 11])
 def test_gemm_old_opsets(opset):
-    a, b, c = _randn((3, 4), 1), _randn((4, 2), 2), _randn((2,), 3)
+    a, b, c = randn((3, 4), 1), randn((4, 2), 2), randn((2,), 3)
     attrs = {"alpha": 0.5, "beta": 2.0, "transA": 0, "transB": 0}
     if opset < 7:
         attrs["broadcast"] = 1
@@ -152,7 +92,7 @@ def test_gemm_integer_types(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16, np.float64])
 def test_gemm_low_and_high_precision(dtype):
-    a, b, c = _randn((8, 16), 1), _randn((16, 4), 2), _randn((4,), 3)
+    a, b, c = randn((8, 16), 1), randn((16, 4), 2), randn((4,), 3)
     want = (a.astype(np.float64) @ b.astype(np.float64)) * 0.5 + c
     got = ours("Gemm", [a.astype(dtype), b.astype(dtype), c.astype(dtype)], 13, alpha=0.5)
     assert got.dtype == dtype
@@ -162,9 +102,9 @@ def test_gemm_low_and_high_precision(dtype):
 
 def test_gemm_bad_shapes_are_clear():
     with pytest.raises(ValueError, match="inner dims"):
-        ours("Gemm", [_randn((2, 3)), _randn((4, 5))], 13)
+        ours("Gemm", [randn((2, 3)), randn((4, 5))], 13)
     with pytest.raises(ValueError, match="broadcast"):
-        ours("Gemm", [_randn((2, 3)), _randn((3, 5)), _randn((3,))], 13)
+        ours("Gemm", [randn((2, 3)), randn((3, 5)), randn((3,))], 13)
 
 
 # ------------------------------------------------------------------- MatMul
@@ -183,7 +123,7 @@ MATMUL_SHAPES = [
 
 @pytest.mark.parametrize(("sa", "sb"), MATMUL_SHAPES, ids=[f"{a}x{b}" for a, b in MATMUL_SHAPES])
 def test_matmul_shapes_match_onnxruntime(sa, sb):
-    a, b = _randn(sa, 1), _randn(sb, 2)
+    a, b = randn(sa, 1), randn(sb, 2)
     want = onnxrt("MatMul", [a, b], 13)
     got = ours("MatMul", [a, b], 13)
     assert got.shape == want.shape == np.matmul(a, b).shape
@@ -205,7 +145,7 @@ def test_matmul_dtypes(dtype, const_b):
 
 @pytest.mark.parametrize("opset", [1, 9])
 def test_matmul_old_opsets(opset):
-    a, b = _randn((2, 3, 4), 1), _randn((4, 2), 2)
+    a, b = randn((2, 3, 4), 1), randn((4, 2), 2)
     np.testing.assert_allclose(ours("MatMul", [a, b], opset), a @ b, rtol=1e-5, atol=1e-6)
 
 
@@ -230,7 +170,7 @@ def test_matmulinteger_matches_onnxruntime(adt, bdt):
 
     a, b = rand(adt, (2, 5, 7)), rand(bdt, (7, 3))
     az, bz = np.array(11, adt), np.array(-3 if bdt == np.int8 else 200, bdt)
-    want = onnxrt("MatMulInteger", [a, b, az, bz], 10, out_dtype=np.int32)
+    want = onnxrt("MatMulInteger", [a, b, az, bz], 10, out_type=np.int32)
     got = ours("MatMulInteger", [a, b, az, bz], 10)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
@@ -267,7 +207,7 @@ EINSUM_CASES = [
 
 @pytest.mark.parametrize(("eq", "shapes"), EINSUM_CASES, ids=[c[0] for c in EINSUM_CASES])
 def test_einsum_matches_onnxruntime(eq, shapes):
-    inputs = [_randn(s, i) for i, s in enumerate(shapes)]
+    inputs = [randn(s, i) for i, s in enumerate(shapes)]
     want = onnxrt("Einsum", inputs, 12, equation=eq)
     got = ours("Einsum", inputs, 12, equation=eq)
     assert got.dtype == np.float32 and got.shape == want.shape
@@ -296,7 +236,7 @@ def test_einsum_requires_equation():
 
 @pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (2, 1, 2, 2)])
 def test_det_matches_onnxruntime(shape):
-    x = _randn(shape, 9)
+    x = randn(shape, 9)
     want = onnxrt("Det", [x], 11)
     got = ours("Det", [x], 11)
     assert got.shape == shape[:-2] and got.dtype == np.float32

@@ -8,16 +8,21 @@ onnxruntime or numpy truth.
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
-import onnxruntime as ort
-import pytest
-from kernel_cases import iter_cases, run_case
-from onnx import TensorProto, helper
+import functools
 
-from onyxrt.dtypes import np_dtype, onnx_elem_type
-from onyxrt.kernels import KernelInfo
-from onyxrt_cpu.kernels import registry
+import numpy as np
+import pytest
+from kernel_cases import (
+    BF16,
+    assert_all_versions_registered,
+    conformance_params,
+    op_output_onnxruntime,
+    run_case,
+)
+from kernel_cases import op_output as ours
+from onnx import TensorProto
+
+from onyxrt.dtypes import onnx_elem_type
 
 OPS = [
     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor",
@@ -27,63 +32,21 @@ OPS = [
 # Conformance cases these kernels cannot pass, with the reason. None today.
 XFAIL: dict[str, str] = {}
 
-BF16 = np_dtype(TensorProto.BFLOAT16)
 
-
-def _params():
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in XFAIL:
-            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
-        yield pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", conformance_params(OPS, XFAIL))
 def test_conformance(case):
     run_case(case)
 
 
 def test_every_schema_version_is_registered():
-    schemas = onnx.defs.get_all_schemas_with_history()
-    for op in OPS:
-        versions = {s.since_version for s in schemas if s.name == op and s.domain == ""}
-        for v in versions:
-            assert ("", op, v) in registry, f"{op}-{v} is not registered"
+    assert_all_versions_registered(OPS)
 
 
 # ----------------------------------------------------------------- helpers
 
 
-def ours(op, inputs, opset, **attrs):
-    """Run our kernel for ``op`` at ``opset`` on ``inputs``; check inputs stay unchanged."""
-    node = helper.make_node(op, [f"in{i}" for i in range(len(inputs))], ["out"], **attrs)
-    kdef, reason = registry.lookup("", op, opset)
-    assert kdef is not None, reason
-    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version)
-    kernel = kdef.factory(info)
-    copies = [np.array(x, copy=True) for x in inputs]
-    outs = kernel.compute(*inputs)
-    assert isinstance(outs, tuple)
-    assert isinstance(outs[0], np.ndarray)
-    for x, c in zip(inputs, copies, strict=True):
-        assert x.dtype == c.dtype
-        assert x.tolist() == c.tolist() if x.dtype.kind == "O" else x.tobytes() == c.tobytes()
-    return outs[0]
-
-
-def onnxrt(op, inputs, opset, out_type=TensorProto.BOOL, **attrs):
-    """Run ``op`` at ``opset`` in onnxruntime (the oracle)."""
-    node = helper.make_node(op, [f"in{i}" for i in range(len(inputs))], ["out"], **attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(f"in{i}", onnx_elem_type(x.dtype), list(x.shape))
-        for i, x in enumerate(inputs)
-    ]
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_tensor_value_info("out", out_type, None)]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {f"in{i}": x for i, x in enumerate(inputs)})[0]
+# onnxruntime's output (the oracle), declared bool unless ``out_type`` says otherwise.
+onnxrt = functools.partial(op_output_onnxruntime, out_type=TensorProto.BOOL)
 
 
 def _values(shape, dtype, seed):

@@ -10,12 +10,10 @@ MeanVarianceNormalization axes and LpNormalization.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
-from onnx import TensorProto, helper
+from kernel_cases import BF16, conformance_params, randn, run_case, run_op, run_op_onnxruntime
+from onnx import helper
 
-from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -28,18 +26,8 @@ OPS = [
 # Conformance cases these kernels cannot pass, with the reason. None today.
 XFAIL: dict[str, str] = {}
 
-BF16 = np_dtype(TensorProto.BFLOAT16)
 
-
-def _params():
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in XFAIL:
-            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
-        yield pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", conformance_params(OPS, XFAIL))
 def test_conformance(case):
     run_case(case)
 
@@ -47,60 +35,24 @@ def test_conformance(case):
 # ----------------------------------------------------------------- helpers
 
 
-def _node(op, inputs, n_out, attrs):
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    while names and names[-1] == "":
-        names.pop()
-    return helper.make_node(op, names, [f"out{i}" for i in range(n_out)], name=f"t_{op}", **attrs)
-
-
 def ours(op, inputs, opset, n_out=1, **attrs):
     """Run our kernel; returns the first ``n_out`` outputs as a tuple."""
-    node = _node(op, inputs, n_out, attrs)
-    kdef, reason = registry.lookup("", op, opset)
-    assert kdef is not None, reason
-    kernel = kdef.factory(KernelInfo.from_node(node, opset, since_version=kdef.since_version))
-    copies = [None if x is None else x.copy() for x in inputs]
-    outs = kernel.compute(*inputs)
-    assert isinstance(outs, tuple) and len(outs) >= n_out
-    for x, c in zip(inputs, copies, strict=True):  # inputs must not be modified
-        if x is not None:
-            np.testing.assert_array_equal(x, c)
-    return outs[:n_out]
+    return run_op(op, inputs, opset, n_out, **attrs)[:n_out]
 
 
 def onnxrt(op, inputs, opset, out_dtypes=None, **attrs):
     """Run ``op`` at ``opset`` in onnxruntime (the oracle)."""
-    out_dtypes = out_dtypes or [inputs[0].dtype]
-    node = _node(op, inputs, len(out_dtypes), attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(f"in{i}", onnx_elem_type(x.dtype), list(x.shape))
-        for i, x in enumerate(inputs)
-        if x is not None
-    ]
-    outs = [
-        helper.make_tensor_value_info(f"out{i}", onnx_elem_type(dt), None)
-        for i, dt in enumerate(out_dtypes)
-    ]
-    graph = helper.make_graph([node], "g", graph_inputs, outs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {f"in{i}": x for i, x in enumerate(inputs) if x is not None}
-    return tuple(sess.run(None, feed))
-
-
-def _randn(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    return tuple(run_op_onnxruntime(op, inputs, opset, out_dtypes or [inputs[0].dtype], **attrs))
 
 
 def _bn_inputs(shape, seed=0):
     c = shape[1]
     return [
-        _randn(shape, seed),
-        _randn((c,), seed + 1),
-        _randn((c,), seed + 2),
-        _randn((c,), seed + 3),
-        np.abs(_randn((c,), seed + 4)) + 0.1,
+        randn(shape, seed),
+        randn((c,), seed + 1),
+        randn((c,), seed + 2),
+        randn((c,), seed + 3),
+        np.abs(randn((c,), seed + 4)) + 0.1,
     ]
 
 
@@ -127,9 +79,9 @@ def test_batchnorm_is_test_old_opsets(opset):
 
 
 def test_batchnorm_non_spatial_v7():
-    x = _randn((3, 2, 4), 2)
-    s, b, m = _randn((2, 4), 3), _randn((2, 4), 4), _randn((2, 4), 5)
-    v = np.abs(_randn((2, 4), 6)) + 0.5
+    x = randn((3, 2, 4), 2)
+    s, b, m = randn((2, 4), 3), randn((2, 4), 4), randn((2, 4), 5)
+    v = np.abs(randn((2, 4), 6)) + 0.5
     (got,) = ours("BatchNormalization", [x, s, b, m, v], 7, spatial=0)
     np.testing.assert_allclose(got, (x - m) / np.sqrt(v + 1e-5) * s + b, rtol=1e-5, atol=1e-5)
 
@@ -173,10 +125,10 @@ def test_batchnorm_training_mode(dtype):
                                              ((6, 8), 0)])  # fmt: skip
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_layernorm_matches_onnxruntime(shape, axis, with_bias):
-    x = _randn(shape, 1) * 3 + 1
+    x = randn(shape, 1) * 3 + 1
     norm_shape = shape[axis:]
-    scale = _randn(norm_shape, 2)
-    bias = _randn(norm_shape, 3) if with_bias else None
+    scale = randn(norm_shape, 2)
+    bias = randn(norm_shape, 3) if with_bias else None
     want = onnxrt("LayerNormalization", [x, scale, bias], 17,
                   out_dtypes=[np.float32] * 3, axis=axis)  # fmt: skip
     got = ours("LayerNormalization", [x, scale, bias], 17, n_out=3, axis=axis)
@@ -186,9 +138,9 @@ def test_layernorm_matches_onnxruntime(shape, axis, with_bias):
 
 
 def test_layernorm_float16_with_broadcast_scale():
-    x = (_randn((2, 5, 8), 4) * 2).astype(np.float16)
-    scale = _randn((8,), 5).astype(np.float16)
-    bias = _randn((1, 8), 6).astype(np.float16)
+    x = (randn((2, 5, 8), 4) * 2).astype(np.float16)
+    scale = randn((8,), 5).astype(np.float16)
+    bias = randn((1, 8), 6).astype(np.float16)
     want = onnxrt("LayerNormalization", [x, scale, bias], 17,
                   out_dtypes=[np.float16, np.float32, np.float32], axis=-1)  # fmt: skip
     got = ours("LayerNormalization", [x, scale, bias], 17, n_out=3, axis=-1)
@@ -201,7 +153,7 @@ def test_layernorm_float16_with_broadcast_scale():
 
 def test_layernorm_bad_axis():
     with pytest.raises(ValueError, match="axis"):
-        ours("LayerNormalization", [_randn((2, 3)), _randn((3,))], 17, axis=2)
+        ours("LayerNormalization", [randn((2, 3)), randn((3,))], 17, axis=2)
 
 
 # ----------------------------------------------------- InstanceNormalization
@@ -210,8 +162,8 @@ def test_layernorm_bad_axis():
 @pytest.mark.parametrize("shape", [(2, 3, 7), (2, 3, 4, 5), (1, 2, 3, 4, 2)])
 @pytest.mark.parametrize("opset", [6, 22])
 def test_instancenorm_matches_onnxruntime(shape, opset):
-    x = _randn(shape, 1) * 2 + 0.5
-    s, b = _randn((shape[1],), 2), _randn((shape[1],), 3)
+    x = randn(shape, 1) * 2 + 0.5
+    s, b = randn((shape[1],), 2), randn((shape[1],), 3)
     (want,) = onnxrt("InstanceNormalization", [x, s, b], opset, epsilon=1e-3)
     (got,) = ours("InstanceNormalization", [x, s, b], opset, epsilon=1e-3)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -234,8 +186,8 @@ def _group_norm_truth(x, scale_c, bias_c, groups, eps):
 
 @pytest.mark.parametrize("shape", [(2, 6, 5), (2, 6, 3, 4)])
 def test_groupnorm_v21_per_channel(shape):
-    x = _randn(shape, 1)
-    s, b = _randn((6,), 2), _randn((6,), 3)
+    x = randn(shape, 1)
+    s, b = randn((6,), 2), randn((6,), 3)
     (want,) = onnxrt("GroupNormalization", [x, s, b], 21, num_groups=3, epsilon=1e-4)
     (got,) = ours("GroupNormalization", [x, s, b], 21, num_groups=3, epsilon=1e-4)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -243,18 +195,18 @@ def test_groupnorm_v21_per_channel(shape):
 
 
 def test_groupnorm_v18_per_group():
-    x = _randn((2, 6, 3, 4), 4)
-    s, b = _randn((3,), 5), _randn((3,), 6)
+    x = randn((2, 6, 3, 4), 4)
+    s, b = randn((3,), 5), randn((3,), 6)
     (got,) = ours("GroupNormalization", [x, s, b], 18, num_groups=3)
     want = _group_norm_truth(x, np.repeat(s, 2), np.repeat(b, 2), 3, 1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="num_groups"):
-        ours("GroupNormalization", [x, _randn((6,)), _randn((6,))], 18, num_groups=3)
+        ours("GroupNormalization", [x, randn((6,)), randn((6,))], 18, num_groups=3)
 
 
 def test_groupnorm_float16():
-    x = _randn((1, 4, 8, 8), 7)
-    s, b = _randn((4,), 8), _randn((4,), 9)
+    x = randn((1, 4, 8, 8), 7)
+    s, b = randn((4,), 8), randn((4,), 9)
     (got,) = ours("GroupNormalization", [a.astype(np.float16) for a in (x, s, b)], 21,
                   num_groups=2)  # fmt: skip
     assert got.dtype == np.float16
@@ -287,7 +239,7 @@ def _lrn_truth(x, size, alpha, beta, bias):
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("shape", [(2, 7, 4, 5), (1, 6, 9)])
 def test_lrn_matches_definition_and_onnxruntime(size, shape):
-    x = _randn(shape, 1) * 4
+    x = randn(shape, 1) * 4
     attrs = {"size": size, "alpha": 0.3, "beta": 0.6, "bias": 1.5}
     (got,) = ours("LRN", [x], 13, **attrs)
     np.testing.assert_allclose(got, _lrn_truth(x, **attrs), rtol=1e-5, atol=1e-6)
@@ -303,7 +255,7 @@ def test_lrn_matches_definition_and_onnxruntime(size, shape):
 
 @pytest.mark.parametrize("axes", [None, [1], [2, 3], [0, 1, 2, 3], [-1]])
 def test_mvn_matches_onnxruntime(axes):
-    x = _randn((2, 3, 4, 5), 1) * 3 + 2
+    x = randn((2, 3, 4, 5), 1) * 3 + 2
     attrs = {} if axes is None else {"axes": axes}
     (want,) = onnxrt("MeanVarianceNormalization", [x], 13, **attrs)
     (got,) = ours("MeanVarianceNormalization", [x], 13, **attrs)
@@ -318,7 +270,7 @@ def test_mvn_matches_onnxruntime(axes):
 @pytest.mark.parametrize("p", [1, 2])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_lpnorm_matches_onnxruntime(p, axis):
-    x = _randn((3, 4, 5), 1)
+    x = randn((3, 4, 5), 1)
     (want,) = onnxrt("LpNormalization", [x], 1, p=p, axis=axis)
     (got,) = ours("LpNormalization", [x], 22, p=p, axis=axis)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

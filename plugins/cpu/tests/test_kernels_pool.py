@@ -9,12 +9,10 @@ Global pools, float16 and 8-bit integer inputs, and older opset versions.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
+from kernel_cases import conformance_params, randn, run_case, run_op, run_op_onnxruntime
 from onnx import TensorProto, helper
 
-from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -25,15 +23,7 @@ OPS = ["MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool",
 XFAIL: dict[str, str] = {}
 
 
-def _params():
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in XFAIL:
-            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
-        yield pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", conformance_params(OPS, XFAIL))
 def test_conformance(case):
     run_case(case)
 
@@ -43,36 +33,13 @@ def test_conformance(case):
 
 def ours(op, x, opset, n_out=1, **attrs):
     """Run our kernel for a one-input pool node with ``n_out`` outputs."""
-    outs = ["y", "idx"][:n_out]
-    node = helper.make_node(op, ["x"], outs, name=f"test_{op}", **attrs)
-    kdef, reason = registry.lookup("", op, opset)
-    assert kdef is not None, reason
-    kernel = kdef.factory(KernelInfo.from_node(node, opset, since_version=kdef.since_version))
-    copy = x.copy()
-    got = kernel.compute(x)
-    assert isinstance(got, tuple) and len(got) >= n_out
-    np.testing.assert_array_equal(x, copy)  # input untouched
-    return got[:n_out]
+    return run_op(op, [x], opset, n_out, **attrs)[:n_out]
 
 
 def onnxrt(op, x, opset, n_out=1, **attrs):
     """Run the same node in onnxruntime (the oracle)."""
-    outs = ["y", "idx"][:n_out]
-    node = helper.make_node(op, ["x"], outs, name=f"test_{op}", **attrs)
-    types = [onnx_elem_type(x.dtype), TensorProto.INT64][:n_out]
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", onnx_elem_type(x.dtype), list(x.shape))],
-        [helper.make_tensor_value_info(o, t, None) for o, t in zip(outs, types, strict=True)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return tuple(sess.run(None, {"x": x}))
-
-
-def _randn(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    types = [x.dtype, TensorProto.INT64][:n_out]
+    return tuple(run_op_onnxruntime(op, [x], opset, types, **attrs))
 
 
 WINDOWS = [
@@ -105,7 +72,7 @@ WINDOW_ARGS = [w[1:] for w in WINDOWS]
 @pytest.mark.parametrize(("shape", "attrs"), WINDOW_ARGS, ids=WINDOW_IDS)
 @pytest.mark.parametrize("storage_order", [0, 1])
 def test_maxpool_values_and_indices_match_onnxruntime(shape, attrs, storage_order):
-    x = _randn(shape, 1)
+    x = randn(shape, 1)
     attrs = dict(attrs, storage_order=storage_order)
     want_y, want_i = onnxrt("MaxPool", x, 22, n_out=2, **attrs)
     got_y, got_i = ours("MaxPool", x, 22, n_out=2, **attrs)
@@ -120,7 +87,7 @@ def test_maxpool_values_and_indices_match_onnxruntime(shape, attrs, storage_orde
 
 @pytest.mark.parametrize(("shape", "attrs"), WINDOW_ARGS[:3], ids=WINDOW_IDS[:3])
 def test_maxpool_without_indices_matches(shape, attrs):
-    x = _randn(shape, 2)
+    x = randn(shape, 2)
     (want,) = onnxrt("MaxPool", x, 22, **attrs)
     (got,) = ours("MaxPool", x, 22, **attrs)
     np.testing.assert_array_equal(got, want)
@@ -143,7 +110,7 @@ def test_maxpool_other_dtypes(dtype):
 
 @pytest.mark.parametrize("opset", [1, 8, 10, 11])
 def test_maxpool_old_opsets(opset):
-    x = _randn((1, 2, 8, 7), 4)
+    x = randn((1, 2, 8, 7), 4)
     attrs = {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 1, 1]}
     (want,) = onnxrt("MaxPool", x, max(opset, 8), **attrs)
     (got,) = ours("MaxPool", x, opset, **attrs)
@@ -176,7 +143,7 @@ def test_pools_blocked_paths_match_onnxruntime(monkeypatch, budget, op):
     from onyxrt_cpu.kernels import _spatial
 
     monkeypatch.setattr(_spatial, "BLOCK_BYTES", budget)
-    x = _randn((3, 5, 9, 8), 11)
+    x = randn((3, 5, 9, 8), 11)
     attrs = {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]}
     n_out = 2 if op == "MaxPool" else 1
     opset = 18 if op == "LpPool" else 22
@@ -192,7 +159,7 @@ def test_pools_blocked_paths_match_onnxruntime(monkeypatch, budget, op):
 @pytest.mark.parametrize(("shape", "attrs"), WINDOW_ARGS, ids=WINDOW_IDS)
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 def test_averagepool_matches_onnxruntime(shape, attrs, count_include_pad):
-    x = _randn(shape, 5)
+    x = randn(shape, 5)
     attrs = dict(attrs, count_include_pad=count_include_pad)
     (want,) = onnxrt("AveragePool", x, 19, **attrs)
     (got,) = ours("AveragePool", x, 19, **attrs)
@@ -202,7 +169,7 @@ def test_averagepool_matches_onnxruntime(shape, attrs, count_include_pad):
 
 @pytest.mark.parametrize("opset", [7, 10, 11, 22])
 def test_averagepool_float16_and_opsets(opset):
-    x = _randn((2, 3, 9, 8), 6)
+    x = randn((2, 3, 9, 8), 6)
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
     (want,) = onnxrt("AveragePool", x, 19, **attrs)
     (got16,) = ours("AveragePool", x.astype(np.float16), opset, **attrs)
@@ -217,14 +184,14 @@ def test_averagepool_float16_and_opsets(opset):
                          ids=WINDOW_IDS[:1] + WINDOW_IDS[5:])  # fmt: skip
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_lppool_matches_onnxruntime(shape, attrs, p):
-    x = _randn(shape, 7)
+    x = randn(shape, 7)
     (want,) = onnxrt("LpPool", x, 18, p=p, **attrs)
     (got,) = ours("LpPool", x, 18, p=p, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_lppool_v1_float_p():
-    x = _randn((1, 2, 5, 5), 8)
+    x = randn((1, 2, 5, 5), 8)
     (got,) = ours("LpPool", x, 1, p=3.0, kernel_shape=[2, 2])
     want = np.zeros((1, 2, 4, 4), np.float64)
     for i in range(4):
@@ -240,7 +207,7 @@ def test_lppool_v1_float_p():
 @pytest.mark.parametrize("op", ["GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"])
 @pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 5)])
 def test_global_pools_match_onnxruntime(op, shape):
-    x = _randn(shape, 9)
+    x = randn(shape, 9)
     attrs = {"p": 3} if op == "GlobalLpPool" else {}
     (want,) = onnxrt(op, x, 2 if op == "GlobalLpPool" else 22, **attrs)
     (got,) = ours(op, x, 22, **attrs)

@@ -9,12 +9,10 @@ onnxruntime or numpy truth.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
+from kernel_cases import BF16, conformance_params, randn, run_case, run_op, run_op_onnxruntime
 from onnx import TensorProto, helper
 
-from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -28,18 +26,8 @@ OPS = [*REDUCE_OPS, "ArgMax", "ArgMin", "CumSum", "TopK"]
 # Conformance cases these kernels cannot pass, with the reason. None today.
 XFAIL: dict[str, str] = {}
 
-BF16 = np_dtype(TensorProto.BFLOAT16)
 
-
-def _params():
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in XFAIL:
-            marks.append(pytest.mark.xfail(reason=XFAIL[case.name], strict=True))
-        yield pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", conformance_params(OPS, XFAIL))
 def test_conformance(case):
     run_case(case)
 
@@ -47,51 +35,17 @@ def test_conformance(case):
 # ----------------------------------------------------------------- helpers
 
 
-def _node(op, present, attrs, n_out=1):
-    names = [f"in{i}" if p else "" for i, p in enumerate(present)]
-    outs = ["out0", "out1"][:n_out]
-    return helper.make_node(op, names, outs, name=f"test_{op}", **attrs)
-
-
 def ours(op, inputs, opset, n_out=1, **attrs):
     """Run our kernel for ``op`` at ``opset``; returns the first ``n_out`` outputs."""
-    node = _node(op, [x is not None for x in inputs], attrs, n_out)
-    kdef, reason = registry.lookup("", op, opset)
-    assert kdef is not None, reason
-    kernel = kdef.factory(KernelInfo.from_node(node, opset, since_version=kdef.since_version))
-    copies = [None if x is None else np.array(x, copy=True) for x in inputs]
-    outs = kernel.compute(*inputs)
-    assert isinstance(outs, tuple) and len(outs) >= n_out
-    for x, c in zip(inputs, copies, strict=True):  # inputs must not be modified
-        if x is not None:
-            np.testing.assert_array_equal(x, c)
-    for o in outs:
-        assert isinstance(o, np.ndarray)
+    outs = run_op(op, inputs, opset, n_out, **attrs)
     return outs[0] if n_out == 1 else outs[:n_out]
 
 
 def onnxrt(op, inputs, opset, n_out=1, out_types=None, **attrs):
     """Run ``op`` at ``opset`` in onnxruntime (the oracle)."""
-    node = _node(op, [x is not None for x in inputs], attrs, n_out)
-    graph_inputs = [
-        helper.make_tensor_value_info(f"in{i}", onnx_elem_type(x.dtype), list(x.shape))
-        for i, x in enumerate(inputs)
-        if x is not None
-    ]
-    out_types = out_types or [onnx_elem_type(inputs[0].dtype)] * n_out
-    graph_outputs = [
-        helper.make_tensor_value_info(f"out{i}", t, None) for i, t in enumerate(out_types)
-    ]
-    graph = helper.make_graph([node], "g", graph_inputs, graph_outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {f"in{i}": x for i, x in enumerate(inputs) if x is not None}
-    res = sess.run(None, feed)
+    out_types = out_types or [inputs[0].dtype] * n_out
+    res = run_op_onnxruntime(op, inputs, opset, out_types, **attrs)
     return res[0] if n_out == 1 else res
-
-
-def _randn(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
 def _axes_input_since(op):
@@ -116,7 +70,7 @@ def _reduce_both(op, x, axes, opset, **attrs):
 @pytest.mark.parametrize("axes", [None, [0], [1, 2], [-1], [0, -1], [2, 0]])
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_reduce_float32_vs_ort(op, opset, axes, keepdims):
-    x = _randn((3, 4, 5), seed=1)
+    x = randn((3, 4, 5), seed=1)
     if op in ("ReduceLogSum", "ReduceL2", "ReduceProd"):
         x = np.abs(x) + 0.5
     got, want = _reduce_both(op, x, axes, opset, keepdims=keepdims)
@@ -160,7 +114,7 @@ def test_reduce_max_min_small_int_types(op, dtype):
 
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceL2"])
 def test_reduce_float16_accumulates_in_float32(op):
-    x = (np.abs(_randn((8, 3000), seed=4)) + 0.1).astype(np.float16)
+    x = (np.abs(randn((8, 3000), seed=4)) + 0.1).astype(np.float16)
     got = ours(op, [x, np.array([1], dtype=np.int64)], 18)
     assert got.dtype == np.float16
     want = _reduce_both(op, x.astype(np.float32), [1], 18)[1]
@@ -169,7 +123,7 @@ def test_reduce_float16_accumulates_in_float32(op):
 
 @pytest.mark.parametrize("op", REDUCE_OPS)
 def test_reduce_bfloat16(op):
-    x = (np.abs(_randn((4, 6), seed=5)) + 0.5).astype(BF16)
+    x = (np.abs(randn((4, 6), seed=5)) + 0.5).astype(BF16)
     got = ours(op, [x, np.array([1], dtype=np.int64)], 18)
     assert got.dtype == BF16 and got.shape == (4, 1)
     want = _reduce_both(op, x.astype(np.float32), [1], 18)[1]
@@ -178,7 +132,7 @@ def test_reduce_bfloat16(op):
 
 @pytest.mark.parametrize("op", REDUCE_OPS)
 def test_reduce_noop_with_empty_axes_vs_ort(op):
-    x = np.abs(_randn((2, 3), seed=6)) + 0.5
+    x = np.abs(randn((2, 3), seed=6)) + 0.5
     for axes in (None, []):
         ins = [x] if axes is None else [x, np.array(axes, dtype=np.int64)]
         got = ours(op, ins, 18, noop_with_empty_axes=1)
@@ -361,7 +315,7 @@ def test_topk_ties_take_lower_index_first(dtype, axis, largest):
 
 @pytest.mark.parametrize("opset", [9, 10, 11, 13])
 def test_topk_versions_vs_ort(opset):
-    x = _randn((3, 8), seed=10)
+    x = randn((3, 8), seed=10)
     k = 4
     if opset < 10:
         got = ours("TopK", [x], opset, n_out=2, k=k)

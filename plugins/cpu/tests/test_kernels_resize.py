@@ -13,13 +13,18 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from kernel_cases import iter_cases, run_case
-from onnx import helper
+from kernel_cases import (
+    assert_all_versions_registered,
+    conformance_params,
+    one_node,
+    one_node_model,
+    run_case,
+    run_onnxruntime,
+    run_ours,
+)
 from onnx.reference import ReferenceEvaluator
 
-from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_cpu.kernels import registry
@@ -30,73 +35,40 @@ OPS = ["Resize", "Upsample"]
 EXPECTED_FAILURES: dict[str, str] = {}
 
 
-def _params() -> list[Any]:
-    params = []
-    for case in iter_cases(OPS):
-        marks = []
-        if case.name in EXPECTED_FAILURES:
-            marks.append(pytest.mark.xfail(reason=EXPECTED_FAILURES[case.name], strict=True))
-        params.append(pytest.param(case, id=case.name, marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", conformance_params(OPS, EXPECTED_FAILURES))
 def test_conformance(case) -> None:
     run_case(case)
 
 
 def test_every_schema_version_registered() -> None:
-    for op in OPS:
-        versions = {
-            s.since_version
-            for s in onnx.defs.get_all_schemas_with_history()
-            if s.name == op and s.domain == ""
-        }
-        for v in versions:
-            assert ("", op, v) in registry, (op, v)
+    assert_all_versions_registered(OPS)
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
 def _node(op: str = "Resize", inputs: tuple[str, ...] = ("X", "", "scales"), **attrs):
-    return helper.make_node(op, list(inputs), ["Y"], **attrs)
+    return one_node(op, inputs, ["Y"], **attrs)
 
 
 def ours(node: onnx.NodeProto, opset: int, *inputs: Any) -> np.ndarray:
-    kdef, reason = registry.lookup("", node.op_type, opset)
-    assert kdef is not None, reason
-    info = KernelInfo.from_node(node, opset, since_version=kdef.since_version)
-    (y,) = kdef.factory(info).compute(*inputs)
+    (y,) = run_ours(node, opset, *inputs)
     return y
 
 
-def _model(node: onnx.NodeProto, opset: int, inputs: tuple[Any, ...]) -> onnx.ModelProto:
-    graph_inputs, inits = [], []
-    for name, value in zip(node.input, inputs, strict=False):
-        if not name or value is None:
-            continue
-        if name == node.input[0]:
-            et = onnx_elem_type(np.asarray(value).dtype)
-            graph_inputs.append(helper.make_tensor_value_info(name, et, None))
-        else:  # scales/sizes/roi as initializers, as exporters write them
-            inits.append(onnx.numpy_helper.from_array(np.asarray(value), name))
-    et = onnx_elem_type(np.asarray(inputs[0]).dtype)
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_tensor_value_info("Y", et, None)], inits
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+def _as_exported(inputs: tuple[Any, ...]) -> dict[str, Any]:
+    """Model options for a Resize/Upsample node: Y typed like X, and scales/sizes/roi as
+    initializers, as exporters write them."""
+    return {"output_types": [np.asarray(inputs[0]).dtype], "constants": range(1, len(inputs))}
 
 
 def theirs(node: onnx.NodeProto, opset: int, *inputs: Any) -> np.ndarray:
-    model = _model(node, opset, inputs)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {node.input[0]: inputs[0]})[0]
+    return run_onnxruntime(node, opset, inputs, **_as_exported(inputs))[0]
 
 
 def reference(node: onnx.NodeProto, opset: int, *inputs: Any) -> np.ndarray:
-    model = _model(node, opset, inputs)
-    return ReferenceEvaluator(model).run(None, {node.input[0]: inputs[0]})[0]
+    model, feeds = one_node_model(node, opset, inputs, **_as_exported(inputs))
+    return ReferenceEvaluator(model).run(None, feeds)[0]
 
 
 def check(node, opset, *inputs, oracle=theirs, rtol=1e-5, atol=1e-5) -> np.ndarray:

@@ -11,6 +11,7 @@ float32; ConvInteger computes exactly in float64 (int8 products summed far below
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,46 @@ def _same_array(a: np.ndarray, b: np.ndarray | None) -> bool:
     if a is b:
         return True
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+
+
+class _PrepackedWeight:
+    """W (input 1) packed once by ``pack`` when it is a constant, for Conv and ConvTranspose.
+
+    :meth:`get` returns the prepacked weight while ``compute`` is given that same W in the
+    same compute dtype, and packs the W it is given otherwise.
+    """
+
+    def __init__(
+        self,
+        info: KernelInfo,
+        group: int,
+        pack: Callable[[np.ndarray, int, np.dtype[Any]], np.ndarray],
+    ) -> None:
+        self.group = group
+        self.pack = pack
+        self.src = info.constant(1)
+        self.packed: np.ndarray | None = None
+        if isinstance(self.src, np.ndarray) and self.src.ndim >= 3:
+            try:
+                self.packed = pack(self.src, group, compute_dtype(self.src.dtype))
+            except ValueError as exc:
+                raise InvalidGraph(f"node {info.node_name!r} ({info.op_type}): {exc}") from None
+
+    def get(self, w: np.ndarray, cdt: np.dtype[Any]) -> np.ndarray:
+        if self.packed is not None and self.packed.dtype == cdt and _same_array(w, self.src):
+            return self.packed
+        return self.pack(w, self.group, cdt)
+
+
+def _kernel_shape(attrs: SpatialAttrs, w: np.ndarray) -> tuple[int, ...]:
+    """W's spatial shape, checked against the ``kernel_shape`` attribute when given."""
+    kernel = tuple(int(k) for k in w.shape[2:])
+    if attrs.kernel_shape is not None and attrs.kernel_shape != kernel:
+        raise ValueError(
+            f"kernel_shape {list(attrs.kernel_shape)} does not match W's spatial "
+            f"shape {list(kernel)}"
+        )
+    return kernel
 
 
 def _pack_conv_weight(w: np.ndarray, group: int, dtype: np.dtype[Any]) -> np.ndarray:
@@ -225,12 +266,7 @@ class _ConvBase(Kernel):
         if w.ndim != x.ndim:
             raise ValueError(f"W has rank {w.ndim}, X has rank {x.ndim}; they must match")
         nsp = x.ndim - 2
-        kernel = tuple(int(k) for k in w.shape[2:])
-        if self.attrs.kernel_shape is not None and self.attrs.kernel_shape != kernel:
-            raise ValueError(
-                f"kernel_shape {list(self.attrs.kernel_shape)} does not match W's spatial "
-                f"shape {list(kernel)}"
-            )
+        kernel = _kernel_shape(self.attrs, w)
         k, s, d, pb, pe = self.attrs.resolve(nsp, kernel)
         win = window(x.shape[2:], k, s, d, pb, pe, self.attrs.auto_pad)
         return k, s, d, win
@@ -242,26 +278,12 @@ class Conv(_ConvBase):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self._w_src = info.constant(1)
-        self._w_packed: np.ndarray | None = None
-        if isinstance(self._w_src, np.ndarray) and self._w_src.ndim >= 3:
-            cdt = compute_dtype(self._w_src.dtype)
-            try:
-                self._w_packed = _pack_conv_weight(self._w_src, self.group, cdt)
-            except ValueError as exc:
-                raise InvalidGraph(f"node {info.node_name!r} (Conv): {exc}") from None
+        self._w = _PrepackedWeight(info, self.group, _pack_conv_weight)
 
     def compute(self, x, w, b=None):
         k, s, d, win = self._geometry(x, w)
         cdt = compute_dtype(x.dtype)
-        if (
-            self._w_packed is not None
-            and self._w_packed.dtype == cdt
-            and _same_array(w, self._w_src)
-        ):
-            wp = self._w_packed
-        else:
-            wp = _pack_conv_weight(w, self.group, cdt)
+        wp = self._w.get(w, cdt)
         y = conv_forward(x.astype(cdt, copy=False), wp, k, s, d, win)
         if b is not None:
             y += b.astype(cdt, copy=False).reshape((-1,) + (1,) * len(k))
@@ -320,15 +342,7 @@ class ConvTranspose(Kernel):
                 f"node {info.node_name!r} (ConvTranspose): output_padding "
                 f"{list(self.output_padding)} must be >= 0"
             )
-        self._w_src = info.constant(1)
-        self._w_packed: np.ndarray | None = None
-        if isinstance(self._w_src, np.ndarray) and self._w_src.ndim >= 3:
-            try:
-                self._w_packed = _pack_convtranspose_weight(
-                    self._w_src, self.group, compute_dtype(self._w_src.dtype)
-                )
-            except ValueError as exc:
-                raise InvalidGraph(f"node {info.node_name!r} (ConvTranspose): {exc}") from None
+        self._w = _PrepackedWeight(info, self.group, _pack_convtranspose_weight)
 
     def _out_geometry(
         self, in_shape: tuple[int, ...], kernel: tuple[int, ...]
@@ -370,24 +384,12 @@ class ConvTranspose(Kernel):
             raise ValueError(f"X {x.shape} and W {w.shape} must both have rank >= 3")
         n, c = x.shape[:2]
         nsp = x.ndim - 2
-        kernel = tuple(int(v) for v in w.shape[2:])
-        if self.attrs.kernel_shape is not None and self.attrs.kernel_shape != kernel:
-            raise ValueError(
-                f"kernel_shape {list(self.attrs.kernel_shape)} does not match W's spatial "
-                f"shape {list(kernel)}"
-            )
+        kernel = _kernel_shape(self.attrs, w)
         if w.shape[0] != c:
             raise ValueError(f"W has {w.shape[0]} input channels, X has {c}")
         g = self.group
         cdt = compute_dtype(x.dtype)
-        if (
-            self._w_packed is not None
-            and self._w_packed.dtype == cdt
-            and _same_array(w, self._w_src)
-        ):
-            wt = self._w_packed
-        else:
-            wt = _pack_convtranspose_weight(w, g, cdt)
+        wt = self._w.get(w, cdt)
         in_sp = tuple(int(v) for v in x.shape[2:])
         s, d, pb, out = self._out_geometry(in_sp, kernel)
         m = w.shape[1] * g

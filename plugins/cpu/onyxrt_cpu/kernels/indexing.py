@@ -58,7 +58,11 @@ def _norm_indices(indices: Any, dim: Any, what: str = "index") -> np.ndarray:
     return np.where(idx < 0, idx + d, idx)
 
 
-def _reduction(info: KernelInfo, allowed: tuple[str, ...]) -> str:
+def _reduction(info: KernelInfo) -> str:
+    """ScatterND/ScatterElements' ``reduction``: add/mul from version 16, max/min from 18."""
+    allowed = {11: ("none",), 13: ("none",), 16: ("none", "add", "mul")}.get(
+        info.since_version, ("none", "add", "mul", "max", "min")
+    )
     red = info.attr("reduction", "none")
     if red not in allowed:
         raise _bad(
@@ -194,13 +198,17 @@ class Slice(Kernel):
 # --------------------------------------------------------------------------- Gather family
 
 
-@registry.register("Gather", since=(1, 11, 13))
-class Gather(Kernel):
-    """Gather slices of ``data`` along ``axis`` at ``indices`` (negatives count back)."""
+class _AlongAxis(Kernel):
+    """Base of the Gather/Scatter kernels that work along the ``axis`` attribute (default 0)."""
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.axis = int(info.attr("axis", 0))
+
+
+@registry.register("Gather", since=(1, 11, 13))
+class Gather(_AlongAxis):
+    """Gather slices of ``data`` along ``axis`` at ``indices`` (negatives count back)."""
 
     def compute(self, data, indices):
         axis = _norm_axis(self.axis, data.ndim)
@@ -222,23 +230,24 @@ def _element_index(indices: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
     return tuple(grid)
 
 
-@registry.register("GatherElements", since=(11, 13))
-class GatherElements(Kernel):
-    """out[i][j][k] = data[index[i][j][k]][j][k] (for axis 0), per element."""
+def _check_element_indices(data: np.ndarray, indices: np.ndarray, axis: int) -> None:
+    """GatherElements/ScatterElements: ``indices`` has data's rank and fits it off ``axis``."""
+    if indices.ndim != data.ndim:
+        raise ValueError(f"indices rank {indices.ndim} != data rank {data.ndim}")
+    for d in range(data.ndim):
+        if d != axis and indices.shape[d] > data.shape[d]:
+            raise ValueError(
+                f"indices shape {indices.shape} exceeds data shape {data.shape} on axis {d}"
+            )
 
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.axis = int(info.attr("axis", 0))
+
+@registry.register("GatherElements", since=(11, 13))
+class GatherElements(_AlongAxis):
+    """out[i][j][k] = data[index[i][j][k]][j][k] (for axis 0), per element."""
 
     def compute(self, data, indices):
         axis = _norm_axis(self.axis, data.ndim)
-        if indices.ndim != data.ndim:
-            raise ValueError(f"indices rank {indices.ndim} != data rank {data.ndim}")
-        for d in range(data.ndim):
-            if d != axis and indices.shape[d] > data.shape[d]:
-                raise ValueError(
-                    f"indices shape {indices.shape} exceeds data shape {data.shape} on axis {d}"
-                )
+        _check_element_indices(data, indices, axis)
         idx = _norm_indices(indices, data.shape[axis], "GatherElements index")
         return (data[_element_index(idx, axis)],)
 
@@ -297,10 +306,7 @@ class ScatterND(Kernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        allowed = {11: ("none",), 13: ("none",), 16: ("none", "add", "mul")}.get(
-            info.since_version, ("none", "add", "mul", "max", "min")
-        )
-        self.reduction = _reduction(info, allowed)
+        self.reduction = _reduction(info)
 
     def compute(self, data, indices, updates):
         k = indices.shape[-1]
@@ -319,26 +325,16 @@ class ScatterND(Kernel):
         return (out.reshape(data.shape),)
 
 
-class _ScatterElementsBase(Kernel):
+class _ScatterElementsBase(_AlongAxis):
     """Shared ScatterElements/Scatter computation."""
 
     reduction = "none"
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.axis = int(info.attr("axis", 0))
 
     def compute(self, data, indices, updates):
         axis = _norm_axis(self.axis, data.ndim)
         if indices.shape != updates.shape:
             raise ValueError(f"indices shape {indices.shape} != updates shape {updates.shape}")
-        if indices.ndim != data.ndim:
-            raise ValueError(f"indices rank {indices.ndim} != data rank {data.ndim}")
-        for d in range(data.ndim):
-            if d != axis and indices.shape[d] > data.shape[d]:
-                raise ValueError(
-                    f"indices shape {indices.shape} exceeds data shape {data.shape} on axis {d}"
-                )
+        _check_element_indices(data, indices, axis)
         idx = _norm_indices(indices, data.shape[axis], "ScatterElements index")
         lin = np.ravel_multi_index(_element_index(idx, axis), data.shape).reshape(-1)
         out = _scatter_into(data.reshape(-1), lin, updates.reshape(-1), self.reduction)
@@ -351,10 +347,7 @@ class ScatterElements(_ScatterElementsBase):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        allowed = {11: ("none",), 13: ("none",), 16: ("none", "add", "mul")}.get(
-            info.since_version, ("none", "add", "mul", "max", "min")
-        )
-        self.reduction = _reduction(info, allowed)
+        self.reduction = _reduction(info)
 
 
 @registry.register("Scatter", since=(9, 11))

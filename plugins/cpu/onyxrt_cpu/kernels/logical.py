@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.kernels import Kernel
 
 from . import registry
-from .elementwise import legacy_align
+from .elementwise import _LegacyBinary
 
 _NATIVE = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
@@ -41,82 +41,35 @@ def _text(x: np.ndarray) -> np.ndarray:
     return x
 
 
-class _Binary(Kernel):
-    """Two-input elementwise op with legacy broadcasting before opset 7."""
+class _Binary(_LegacyBinary):
+    """Two-input elementwise op with legacy broadcasting before opset 7; bool output."""
 
     ufunc: Callable[..., Any] = np.equal
 
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.legacy = info.since_version < 7
-        self.broadcast = int(info.attr("broadcast", 0))
-        axis = info.attr("axis")
-        self.axis = None if axis is None else int(axis)
-
     def compute(self, a, b):
         a = np.asarray(a)
-        b = np.asarray(b)
-        if self.legacy:
-            b = legacy_align(a, b, self.broadcast, self.axis)
+        b = self._align(a, np.asarray(b))
         a, b = _comparable(a, b)
         r = self.ufunc(a, b)
         return (np.asarray(r, dtype=bool),)
 
 
-@registry.register("Equal", since=(1, 7, 11, 13, 19))
-class Equal(_Binary):
-    """C = (A == B); strings compare by text."""
-
-    ufunc = np.equal
-
-
-@registry.register("Less", since=(1, 7, 9, 13))
-class Less(_Binary):
-    """C = (A < B)."""
-
-    ufunc = np.less
+def _binary(
+    name: str, since: tuple[int, ...], ufunc: Callable[..., Any], doc: str
+) -> type[_Binary]:
+    cls = type(name, (_Binary,), {"ufunc": ufunc, "__doc__": doc, "__module__": __name__})
+    registry.register(name, since=since)(cls)
+    return cls
 
 
-@registry.register("LessOrEqual", since=(12, 16))
-class LessOrEqual(_Binary):
-    """C = (A <= B)."""
-
-    ufunc = np.less_equal
-
-
-@registry.register("Greater", since=(1, 7, 9, 13))
-class Greater(_Binary):
-    """C = (A > B)."""
-
-    ufunc = np.greater
-
-
-@registry.register("GreaterOrEqual", since=(12, 16))
-class GreaterOrEqual(_Binary):
-    """C = (A >= B)."""
-
-    ufunc = np.greater_equal
-
-
-@registry.register("And", since=(1, 7))
-class And(_Binary):
-    """C = A and B."""
-
-    ufunc = np.logical_and
-
-
-@registry.register("Or", since=(1, 7))
-class Or(_Binary):
-    """C = A or B."""
-
-    ufunc = np.logical_or
-
-
-@registry.register("Xor", since=(1, 7))
-class Xor(_Binary):
-    """C = A xor B."""
-
-    ufunc = np.logical_xor
+Equal = _binary("Equal", (1, 7, 11, 13, 19), np.equal, "C = (A == B); strings compare by text.")
+Less = _binary("Less", (1, 7, 9, 13), np.less, "C = (A < B).")
+LessOrEqual = _binary("LessOrEqual", (12, 16), np.less_equal, "C = (A <= B).")
+Greater = _binary("Greater", (1, 7, 9, 13), np.greater, "C = (A > B).")
+GreaterOrEqual = _binary("GreaterOrEqual", (12, 16), np.greater_equal, "C = (A >= B).")
+And = _binary("And", (1, 7), np.logical_and, "C = A and B.")
+Or = _binary("Or", (1, 7), np.logical_or, "C = A or B.")
+Xor = _binary("Xor", (1, 7), np.logical_xor, "C = A xor B.")
 
 
 @registry.register("Not", since=1)
