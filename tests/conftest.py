@@ -85,6 +85,16 @@ def toy_provider(plugin_site: PluginSite) -> str:
     return TOY
 
 
+def assert_priority_order(available: list[str]) -> None:
+    """Providers are listed by descending priority with CPU last (other installed plugins
+    may appear too: the core's tests must not depend on which ones are installed)."""
+    from onyxrt.discovery import catalog
+
+    assert available[-1] == "CPUExecutionProvider"
+    priorities = [catalog().specs[name].priority for name in available[:-1]]
+    assert priorities == sorted(priorities, reverse=True), list(zip(available, priorities))
+
+
 def make_model(
     nodes,
     inputs,

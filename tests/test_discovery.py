@@ -64,7 +64,10 @@ def test_cpu_provider_comes_from_its_entry_point():
 def test_third_party_provider_found_through_entry_point(plugin_site):
     plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
     available = ort.get_available_providers()
-    assert available[0] == "ToyDeviceExecutionProvider"
+    from conftest import assert_priority_order
+
+    assert "ToyDeviceExecutionProvider" in available
+    assert_priority_order(available)
     assert available[-1] == "CPUExecutionProvider"
     spec = catalog().specs["ToyDeviceExecutionProvider"]
     assert (spec.package, spec.package_version) == ("onyxrt-toy", "1.0")
