@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from onyxrt.graph import Graph, Node
 from onyxrt.protocol import Capability, FusedClaim, Refusal
 
@@ -52,38 +53,49 @@ def node_refusal(node: Node, graph: Graph, precision: str) -> tuple[str, str]:
     return op.check(node, graph, precision)
 
 
+class _Reach:
+    """Per node: the groups it depends on, and those it depends on *through the host*
+    (through a node outside the group) — joining such a group would make a cycle."""
+
+    def __init__(self) -> None:
+        self.group_of: dict[str, int] = {}
+        self.depends: dict[str, set[int]] = {}
+        self.tainted: dict[str, set[int]] = {}
+
+    def upstream(self, pred: Node) -> set[int]:
+        """Groups ``pred`` depends on, including its own."""
+        own = {self.group_of[pred.name]} if pred.name in self.group_of else set()
+        return self.depends[pred.name] | own
+
+    def taint_if_joining(self, preds: list[Node], group: int | None) -> set[int]:
+        """Groups a node with producers ``preds`` would reach through the host if it
+        joined ``group`` (None: no group)."""
+        result: set[int] = set()
+        for p in preds:
+            result |= self.tainted[p.name]
+            result |= self.upstream(p) - ({group} if group is not None else set())
+        return result
+
+
 def _group_nodes(graph: Graph, supported: set[str]) -> list[_Group]:
-    group_of: dict[str, int] = {}
-    depends: dict[str, set[int]] = {}  # groups a node depends on (any path)
-    tainted: dict[str, set[int]] = {}  # groups it depends on through a node outside them
+    reach = _Reach()
     groups: list[_Group] = []
     for node in graph.nodes:
         preds = [graph.producers[i] for i in [*node.inputs, *node.implicit_inputs] if i in graph.producers]
-        candidates = [group_of[p.name] for p in preds if p.name in group_of] if node.name in supported else []
-
-        def taint_if_joining(g: int | None) -> set[int]:
-            result: set[int] = set()
-            for p in preds:
-                result |= tainted[p.name]
-                reach = depends[p.name] | ({group_of[p.name]} if p.name in group_of else set())
-                result |= reach - ({g} if g is not None else set())
-            return result
-
         chosen: int | None = None
-        for g in dict.fromkeys(candidates):  # producers' groups, first one that is safe
-            if g not in taint_if_joining(g):
-                chosen = g
-                break
-        if chosen is None and node.name in supported:
-            groups.append(_Group(len(groups)))
-            chosen = groups[-1].index
-        if chosen is not None:
-            group_of[node.name] = chosen
+        if node.name in supported:
+            candidates = [reach.group_of[p.name] for p in preds if p.name in reach.group_of]
+            for g in dict.fromkeys(candidates):  # producers' groups, first one that is safe
+                if g not in reach.taint_if_joining(preds, g):
+                    chosen = g
+                    break
+            if chosen is None:
+                groups.append(_Group(len(groups)))
+                chosen = groups[-1].index
+            reach.group_of[node.name] = chosen
             groups[chosen].nodes.append(node)
-        tainted[node.name] = taint_if_joining(chosen)
-        depends[node.name] = set().union(
-            *(depends[p.name] | ({group_of[p.name]} if p.name in group_of else set()) for p in preds)
-        )
+        reach.tainted[node.name] = reach.taint_if_joining(preds, chosen)
+        reach.depends[node.name] = set().union(*(reach.upstream(p) for p in preds))
     return groups
 
 

@@ -20,6 +20,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+
 from onyxrt.allocator import ArenaAllocator
 from onyxrt.devices import Device
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+
 from onyxrt.allocator import EXTEND_STRATEGIES, ArenaAllocator
 from onyxrt.devices import Device
 from onyxrt.graph import GraphView

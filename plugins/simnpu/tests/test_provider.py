@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -118,7 +119,7 @@ def test_bert_splits_between_npu_and_cpu_with_copies_and_device_time(tmp_path):
     assert {c.src for c in per_run} | {c.dst for c in per_run} == {"cpu", "simnpu:0"}
     (got,) = session.run(None, feeds)
     assert _max_rel(got, expected) < 1e-2
-    events = json.loads(open(session.end_profiling()).read())
+    events = json.loads(Path(session.end_profiling()).read_text())
     fused = [e for e in events if e.get("cat") == "Node" and e["args"].get("kind") == "fused"]
     assert fused and all(e["args"]["provider"] == NPU for e in fused)
     assert all(e["args"]["device_time_us"] > 0 for e in fused)
@@ -309,9 +310,10 @@ def test_int8_precision_absorbs_qdq_around_supported_ops():
     assert set(int8.placement.nodes_by_provider()[NPU]) == {"q_x", "dq_x", "dq_w", "conv", "relu"}
     (got,) = int8.run(None, {"x": x})
     assert _max_rel(got, expected) < 1e-2
-    from onyxrt.graph import Graph
     from onyxrt_simnpu.capability import plan_capability
     from onyxrt_simnpu.provider import SimNPUExecutionProvider
+
+    from onyxrt.graph import Graph
 
     inferred = onnx.shape_inference.infer_shapes(model)
     graph = Graph.from_proto(inferred.graph, {"": 19})
