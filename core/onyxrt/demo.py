@@ -98,8 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{path.stat().st_size / 1e6:.1f} MB on disk (built in {build_s:.2f} s)")
 
         providers = [p for p in args.providers.split(",") if p] or ort.get_available_providers()
+        options = ort.SessionOptions()
+        # The models' batch dim is symbolic; fixing it gives every node static shapes,
+        # which compile-style providers such as an NPU require.
+        options.add_free_dimension_override_by_name("batch", 1)
         t0 = time.perf_counter()
-        session = ort.InferenceSession(str(path), providers=providers)
+        session = ort.InferenceSession(str(path), options, providers=providers)
         create_ms = (time.perf_counter() - t0) * 1e3
     print(f"  session created in {create_ms:.0f} ms with providers {session.get_providers()}\n")
 
