@@ -293,12 +293,6 @@ def test_device_ortvalues_as_inputs_and_preallocated_outputs(toy_provider, add_r
     np.testing.assert_array_equal(ov.numpy(), _expected(x))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core does not yet feed device-resident inputs where they live: an input "
-    "already in the memory the first node reads is copied to the host and back on every "
-    "run_with_iobinding (planned with the GPU providers, issue 4)",
-)
 def test_device_input_is_used_where_it_lives(toy_provider, add_relu_model):
     sess = ort.InferenceSession(add_relu_model, providers=[TOY, CPU])
     x = _x()

@@ -90,6 +90,8 @@ class ExecutionPlan:
         self.protected: set[int] = set()  # slots holding initializers or feeds
         self.initializer_slots: set[int] = set()  # slots holding constant initializers
         self.kept_slots: set[int] = set()  # never released during a run (outputs, constants)
+        #: inputs whose host slot a non-copy step reads (a device feed must come to the host)
+        self.host_read_inputs: set[str] = set()
         self.step_graph: StepGraph = StepGraph((), (), {})
         self._compiled: list[tuple[Callable[..., Sequence[Any]], Callable[[list[Any]], Any], bool, tuple[int, ...], tuple[int, ...]]] = []
 
@@ -102,17 +104,25 @@ class ExecutionPlan:
         profile: _Profile | None = None,
         keep_on_device: Mapping[str, bool] | None = None,
         pool: ThreadPoolExecutor | None = None,
+        device_feeds: Mapping[str, tuple[Any, ExecutionProvider]] | None = None,
     ) -> list[Any]:
         """Execute the plan; ``feeds`` are host values keyed by input name.
 
-        Outputs come back on the host unless ``keep_on_device[name]`` is true, in which
-        case they are returned where their producer left them. With a ``pool``
+        ``device_feeds`` are inputs already in a device's memory (value, owning provider):
+        they are used where they live, and copied only where the plan needs them
+        elsewhere. Outputs come back on the host unless ``keep_on_device[name]`` is true,
+        in which case they are returned where their producer left them. With a ``pool``
         independent steps run concurrently (``ORT_PARALLEL``).
         """
         vals = list(self.template)
         input_slots = self.input_slots
         for name, value in feeds.items():
             vals[input_slots[name]] = value
+        for name, (value, owner) in (device_feeds or {}).items():
+            if name in self.host_read_inputs:  # a host kernel reads it: it must be on the host
+                vals[input_slots[name]] = owner.data_transfer().copy(value, owner.device, _HOST_DEVICE)
+            else:
+                vals[input_slots[name]] = _Resident(value, owner)
         for p in self.used_providers:
             p.on_run_start(run_options)
         try:
@@ -133,6 +143,8 @@ class ExecutionPlan:
             slot, owner = self.output_slots[name]
             value = vals[slot]
             provider = self.providers[owner]
+            if type(value) is _Resident:  # an input passed straight through to an output
+                value, provider = value.value, value.owner
             if not provider.device.is_host and not (keep_on_device and keep_on_device.get(name)):
                 value = self._to_host(value, owner)
             elif isinstance(value, np.ndarray):
@@ -173,6 +185,10 @@ class ExecutionPlan:
             compiled.append((s.fn, get, len(s.ins) == 1, s.outs, s.release))
         self._compiled = compiled
         self.step_graph = StepGraph.of(self.steps)
+        host_slots = {slot: name for name, slot in self.input_slots.items()}
+        self.host_read_inputs = {
+            host_slots[j] for s in self.steps if s.kind != "copy" for j in s.ins if j in host_slots
+        } | {name for name, (slot, _) in self.output_slots.items() if slot in host_slots}
 
     def _execute(self, vals: list[Any], run_options: Any) -> None:
         # The hot loop: plain tuples and local names keep per-node overhead to about a
@@ -241,6 +257,17 @@ class ExecutionPlan:
 
 
 _HOST_DEVICE = Device("cpu", "host")
+
+
+class _Resident:
+    """A device-resident feed standing in its input's host slot; copy steps use it where
+    it lives instead of copying (see ``ExecutionPlan.run``'s ``device_feeds``)."""
+
+    __slots__ = ("value", "owner")
+
+    def __init__(self, value: Any, owner: ExecutionProvider) -> None:
+        self.value = value
+        self.owner = owner
 
 
 def _no_inputs(vals: list[Any]) -> tuple[()]:
@@ -554,9 +581,24 @@ class _PlanBuilder:
 
 def _copier(dt: DataTransfer, src: Device, dst: Device) -> Callable[[Any], tuple[Any]]:
     def copy(value: Any) -> tuple[Any]:
+        if type(value) is _Resident:  # a device feed: use it where it lives, or move it from there
+            return (_move_resident(value, dt, dst),)
         return (dt.copy(value, src, dst),)
 
     return copy
+
+
+def _move_resident(resident: _Resident, to_dst: DataTransfer, dst: Device) -> Any:
+    """A device feed where ``dst`` needs it: as it is when it already lives there, else
+    copied directly by its owner, else through the host (``to_dst`` copies host → dst)."""
+    owner = resident.owner
+    if owner.device.memory_space == dst.memory_space:
+        return resident.value
+    transfer = owner.data_transfer()
+    if transfer.can_copy(owner.device, dst):
+        return transfer.copy(resident.value, owner.device, dst)
+    host = transfer.copy(resident.value, owner.device, _HOST_DEVICE)
+    return to_dst.copy(host, _HOST_DEVICE, dst)
 
 
 def _unbuilt(*args: Any) -> Sequence[Any]:

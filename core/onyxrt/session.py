@@ -372,12 +372,15 @@ class InferenceSession:
         names: list[str],
         run_options: RunOptions | None,
         keep_on_device: Mapping[str, bool] | None,
+        device_feeds: Mapping[str, tuple[Any, ExecutionProvider]] | None = None,
     ) -> list[Any]:
         profile = _Profile() if self._profiler.enabled else None
         lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
         with lock:
             t0 = time.perf_counter()
-            outputs = self._plan.run(feeds, names, run_options, profile, keep_on_device, self._pool)
+            outputs = self._plan.run(
+                feeds, names, run_options, profile, keep_on_device, self._pool, device_feeds
+            )
             t1 = time.perf_counter()
         if profile is not None:
             self._profiler.session_event("model_run", t0, t1)
@@ -403,7 +406,16 @@ class InferenceSession:
         """Run with bound inputs and outputs; results via ``iobinding.get_outputs()``."""
         bound_out = iobinding.outputs
         names = self._output_names(list(bound_out) or None)
-        feeds = self._check_feeds({k: v.numpy() for k, v in iobinding.inputs.items()})
+        host_inputs = {}
+        device_feeds: dict[str, tuple[Any, ExecutionProvider]] = {}
+        for name, value in iobinding.inputs.items():
+            owner = value.provider
+            if owner is None or owner.device.is_host:
+                host_inputs[name] = value.numpy()
+            else:
+                self._check_device_feed(name, value)
+                device_feeds[name] = (value.value, owner)
+        feeds = self._check_feeds(host_inputs, also_given=device_feeds)
         keep = {}
         for name in names:
             binding = bound_out.get(name)
@@ -413,7 +425,7 @@ class InferenceSession:
             producer = self._providers[owner]
             target = resolve_device_provider(binding.device_type, binding.device_id)
             keep[name] = target is not None and target.device.memory_space == producer.device.memory_space
-        values = self._execute(feeds, names, run_options, keep)
+        values = self._execute(feeds, names, run_options, keep, device_feeds)
         results: list[OrtValue] = []
         for name, value in zip(names, values):
             binding = bound_out.get(name)
@@ -443,7 +455,29 @@ class InferenceSession:
                 )
         return names
 
-    def _check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
+    def _check_device_feed(self, name: str, value: OrtValue) -> None:
+        """A device-resident input must match the model's type and fixed dims too."""
+        check = self._inputs_check.get(name)
+        if check is None:
+            raise InvalidInput(f"unknown input name {name!r}. The model's inputs are: {self._graph.inputs}")
+        shape, dtype = value.shape(), value.element_type()
+        if check.dtype is not None and dtype != check.dtype:
+            raise InvalidInput(
+                f"input {name!r}: unexpected data type {type_string(_code(dtype))} on "
+                f"{value.device_name()}, expected {type_string(_code(check.dtype))}"
+            )
+        if check.shape is not None and (
+            len(shape) != len(check.shape)
+            or any(isinstance(w, int) and g != w for g, w in zip(shape, check.shape))
+        ):
+            raise InvalidInput(
+                f"input {name!r}: shape {list(shape)} on {value.device_name()} contradicts the "
+                f"model's {list(check.shape)}"
+            )
+
+    def _check_feeds(
+        self, input_feed: Mapping[str, Any], also_given: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         if not isinstance(input_feed, Mapping):
             raise InvalidInput(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         checks = self._inputs_check
@@ -457,7 +491,7 @@ class InferenceSession:
                     f"unknown input name {name!r}.{hint} The model's inputs are: {self._graph.inputs}"
                 )
             feeds[name] = _check_feed(check, value)
-        missing = [n for n in self._graph.inputs if n not in feeds]
+        missing = [n for n in self._graph.inputs if n not in feeds and n not in (also_given or {})]
         if missing:
             raise InvalidInput(
                 f"required input(s) missing: {missing}. The model's inputs are: {self._graph.inputs}"
