@@ -118,11 +118,11 @@ class ExecutionPlan:
         input_slots = self.input_slots
         for name, value in feeds.items():
             vals[input_slots[name]] = value
-        for name, (value, owner) in (device_feeds or {}).items():
+        for name, (value, holder) in (device_feeds or {}).items():
             if name in self.host_read_inputs:  # a host kernel reads it: it must be on the host
-                vals[input_slots[name]] = owner.data_transfer().copy(value, owner.device, _HOST_DEVICE)
+                vals[input_slots[name]] = holder.data_transfer().copy(value, holder.device, _HOST_DEVICE)
             else:
-                vals[input_slots[name]] = _Resident(value, owner)
+                vals[input_slots[name]] = _Resident(value, holder)
         for p in self.used_providers:
             p.on_run_start(run_options)
         try:
@@ -146,7 +146,7 @@ class ExecutionPlan:
             if type(value) is _Resident:  # an input passed straight through to an output
                 value, provider = value.value, value.owner
             if not provider.device.is_host and not (keep_on_device and keep_on_device.get(name)):
-                value = self._to_host(value, owner)
+                value = provider.data_transfer().copy(value, provider.device, _HOST_DEVICE)
             elif isinstance(value, np.ndarray):
                 if slot in self.protected or not value.flags.writeable:
                     # Never hand out an initializer, a feed or a kernel's cached constant
@@ -163,11 +163,6 @@ class ExecutionPlan:
             if isinstance(other, np.ndarray) and np.may_share_memory(value, other):
                 return value.copy()
         return value
-
-    def _to_host(self, value: Any, owner: int) -> Any:
-        provider = self.providers[owner]
-        host = self.providers[self.space_owner[HOST_MEMORY]].device if HOST_MEMORY in self.space_owner else _HOST_DEVICE
-        return provider.data_transfer().copy(value, provider.device, host)
 
     def finalize(self) -> None:
         """Freeze the steps into the tuples the run loop reads (call after building).

@@ -409,12 +409,12 @@ class InferenceSession:
         host_inputs = {}
         device_feeds: dict[str, tuple[Any, ExecutionProvider]] = {}
         for name, value in iobinding.inputs.items():
-            owner = value.provider
-            if owner is None or owner.device.is_host:
+            holder = value.provider
+            if holder is None or holder.device.is_host:
                 host_inputs[name] = value.numpy()
             else:
                 self._check_device_feed(name, value)
-                device_feeds[name] = (value.value, owner)
+                device_feeds[name] = (value.value, holder)
         feeds = self._check_feeds(host_inputs, also_given=device_feeds)
         keep = {}
         for name in names:
