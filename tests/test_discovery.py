@@ -179,3 +179,26 @@ def test_two_provider_placement_with_copies(plugin_site):
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True) * w, rtol=1e-6)
     toy = sess._providers[0]
     assert (toy.transfer.to_device, toy.transfer.to_host) == (1 + 2, 2)  # w once; x, s; r, y
+
+
+def test_host_inputs_of_a_device_kernel_are_not_copied(plugin_site):
+    """A device kernel that declares host_inputs gets them from host memory, uncopied."""
+    from conftest import make_model, tensor
+    from onnx import TensorProto, helper
+
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    model = make_model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape"),
+        ],
+        [tensor("x", [2, 6]), tensor("shape", [2], TensorProto.INT64)],
+        [tensor("y", None)],
+    )
+    sess = ort.InferenceSession(model.SerializeToString(),
+                                providers=["ToyDeviceExecutionProvider", "CPUExecutionProvider"])
+    assert sess.placement.nodes_by_provider() == {"ToyDeviceExecutionProvider": ["relu", "reshape"]}
+    assert [c.value for c in sess.placement.copies_per_run] == ["x", "y"]  # not 'shape'
+    x = np.arange(12, dtype=np.float32).reshape(2, 6) - 6
+    (y,) = sess.run(None, {"x": x, "shape": np.array([3, 4], np.int64)})
+    np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(3, 4))

@@ -86,6 +86,16 @@ class ToyRelu(Kernel):
         return (ToyBuffer(np.maximum(x._data, 0), x.arena),)
 
 
+@registry.register("Reshape", since=(5, 13, 14, 19, 21, 23, 24, 25), types={"T": {np.float32}},
+                   host_inputs=(1,))
+class ToyReshape(Kernel):
+    """Reads its target shape from host memory (``host_inputs``), the data on the device."""
+
+    def compute(self, x: ToyBuffer, shape: np.ndarray) -> tuple[ToyBuffer]:
+        assert isinstance(x, ToyBuffer) and isinstance(shape, np.ndarray)
+        return (ToyBuffer(x._data.reshape([int(d) for d in shape]), x.arena),)
+
+
 class ToyDeviceExecutionProvider(KernelRegistryProvider):
     """A kernel-registry provider whose values live in their own memory space."""
 

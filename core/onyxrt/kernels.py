@@ -263,6 +263,9 @@ class KernelDef:
     #: Type-constraint name ("T", "T1", ...) → the dtypes this kernel accepts for it.
     #: Constraints not listed accept every type the ONNX schema allows.
     types: Mapping[str, frozenset[np.dtype[Any]]] = field(default_factory=dict)
+    #: Input positions the kernel reads from host memory even on a device (shapes, axes,
+    #: indices it needs as Python numbers): the plan keeps those inputs on the host.
+    host_inputs: frozenset[int] = frozenset()
 
     def unsupported_type(
         self, input_types: Sequence[ValueType | None], output_types: Sequence[ValueType | None]
@@ -327,11 +330,14 @@ class KernelRegistry:
         *,
         domain: str = "",
         types: Mapping[str, Iterable[Any]] | None = None,
+        host_inputs: Iterable[int] = (),
     ) -> Callable[[KernelFactory], KernelFactory]:
         """Class decorator: register a kernel for each since_version in ``since``.
 
         ``types`` restricts type constraints (``{"T": FLOAT_TYPES}``); values are numpy
-        dtypes. ``domain`` "" and "ai.onnx" are the same default domain.
+        dtypes. ``host_inputs`` lists input positions a device kernel wants in host memory
+        (a Reshape's shape, a Slice's starts). ``domain`` "" and "ai.onnx" are the same
+        default domain.
         """
         versions = (since,) if isinstance(since, int) else tuple(since)
         domain = "" if domain == "ai.onnx" else domain
@@ -346,7 +352,9 @@ class KernelRegistry:
                         f"version {v} is registered twice ({self._defs[key].factory!r} and "
                         f"{factory!r})"
                     )
-                self._defs[key] = KernelDef(domain, op_type, int(v), factory, norm_types)
+                self._defs[key] = KernelDef(
+                    domain, op_type, int(v), factory, norm_types, frozenset(host_inputs)
+                )
                 self._versions.setdefault((domain, op_type), []).append(int(v))
                 self._versions[(domain, op_type)].sort()
             return factory

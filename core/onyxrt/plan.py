@@ -370,7 +370,11 @@ class _PlanBuilder:
                 node = unit.node
                 assert node is not None
                 kernel = self._create_kernel(node, provider)
-                ins = tuple(self._slot_for(n, pi) if n else _NONE_SLOT for n in [*node.inputs, *node.implicit_inputs])
+                on_host = provider.host_input_indices(node, self.graph) if not provider.device.is_host else frozenset()
+                ins = tuple(
+                    (self._slot_for(n, host_owner if i in on_host else pi) if n else _NONE_SLOT)
+                    for i, n in enumerate([*node.inputs, *node.implicit_inputs])
+                )
                 outs = tuple(self._output_slot(n, pi) if n else self._scratch_slot() for n in node.outputs)
                 plan.steps.append(Step(kernel.compute, ins, outs, (), pi, node.name, node.op_type, "node", kernel, node.index))
         for pi, items in fused_by_provider.items():

@@ -221,6 +221,11 @@ class ExecutionProvider(abc.ABC):
         """Build the kernel for a node claimed with :class:`NodeClaim`."""
         raise NotImplementedError(f"{self.name} claims no single nodes")
 
+    def host_input_indices(self, node: Node, graph: GraphView) -> frozenset[int]:
+        """Inputs of a claimed node that its kernel reads from host memory (shapes, axes)
+        even though the provider's device is elsewhere; the plan does not copy them."""
+        return frozenset()
+
     def compile(self, subgraphs: Sequence[FusedSubgraph]) -> Sequence[Kernel]:
         """Turn each fused group into one kernel, in one batched call.
 
@@ -300,6 +305,11 @@ class KernelRegistryProvider(ExecutionProvider):
             [graph.value_type(n) if n else None for n in node.outputs],
         )
         return (bad_type, "dtype") if bad_type else ("", "")
+
+    def host_input_indices(self, node: Node, graph: GraphView) -> frozenset[int]:
+        """The registered kernel's ``host_inputs``."""
+        kdef, _ = self.registry.lookup(node.domain, node.op_type, graph.opset(node.domain))
+        return kdef.host_inputs if kdef is not None else frozenset()
 
     def create_kernel(self, node: Node, info: KernelInfo) -> Kernel:
         """Build the registered kernel for ``node``."""
