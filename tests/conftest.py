@@ -10,13 +10,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from onyxrt.discovery import reset_catalog
 
 TESTS_DIR = Path(__file__).parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
+
+from model_helpers import make_model, tensor  # noqa: E402
 
 
 class PluginSite:
@@ -85,37 +87,15 @@ def toy_provider(plugin_site: PluginSite) -> str:
     return TOY
 
 
-def assert_priority_order(available: list[str]) -> None:
-    """Providers are listed by descending priority with CPU last (other installed plugins
-    may appear too: the core's tests must not depend on which ones are installed)."""
-    from onyxrt.discovery import catalog
-
-    assert available[-1] == "CPUExecutionProvider"
-    priorities = [catalog().specs[name].priority for name in available[:-1]]
-    assert priorities == sorted(priorities, reverse=True), list(zip(available, priorities))
-
-
-def make_model(
-    nodes,
-    inputs,
-    outputs,
-    initializers=(),
-    opset: int = 17,
-    ir_version: int = 10,
-    name: str = "test_graph",
-) -> onnx.ModelProto:
-    """A model from onnx.helper pieces; ``initializers`` is a dict name -> array."""
-    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()]
-    graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), inits)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version
-    )
-    return model
-
-
-def tensor(name: str, shape, elem=TensorProto.FLOAT):
-    """A tensor value info."""
-    return helper.make_tensor_value_info(name, elem, shape)
+@pytest.fixture
+def without_gpu_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The GPU provider packages excluded (ONYXRT_PLUGINS), whether or not this
+    environment has them: tests of "requested but not installed" stay meaningful."""
+    monkeypatch.setenv("ONYXRT_PLUGINS", "-onyxrt-cuda,-onyxrt-rocm")
+    reset_catalog()
+    yield
+    monkeypatch.delenv("ONYXRT_PLUGINS")
+    reset_catalog()
 
 
 @pytest.fixture

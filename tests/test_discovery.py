@@ -64,7 +64,7 @@ def test_cpu_provider_comes_from_its_entry_point():
 def test_third_party_provider_found_through_entry_point(plugin_site):
     plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
     available = ort.get_available_providers()
-    from conftest import assert_priority_order
+    from model_helpers import assert_priority_order
 
     assert "ToyDeviceExecutionProvider" in available
     assert_priority_order(available)
@@ -137,7 +137,7 @@ def test_environment_variable_restricts_plugins(plugin_site, monkeypatch):
 
 def test_two_provider_placement_with_copies(plugin_site):
     """A second device with its own memory: nodes split, copies inserted and counted."""
-    from conftest import make_model, tensor
+    from model_helpers import make_model, tensor
     from onnx import helper
 
     plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
@@ -183,7 +183,7 @@ def test_two_provider_placement_with_copies(plugin_site):
 
 def test_host_inputs_of_a_device_kernel_are_not_copied(plugin_site):
     """A device kernel that declares host_inputs gets them from host memory, uncopied."""
-    from conftest import make_model, tensor
+    from model_helpers import make_model, tensor
     from onnx import TensorProto, helper
 
     plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from conftest import make_model, tensor
+from model_helpers import make_model, tensor
 from onnx import helper
 from toy_provider import ToyBuffer
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor
+from model_helpers import make_model, tensor
 from onnx import TensorProto, helper, numpy_helper
 
 import onyxrt as ort

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor
+from model_helpers import make_model, tensor
 from onnx import helper
 
 import onyxrt as ort

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor
+from model_helpers import make_model, tensor
 from onnx import helper
 
 import onyxrt as ort

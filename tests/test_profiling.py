@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime
-from conftest import make_model, tensor
+from model_helpers import make_model, tensor
 from onnx import helper
 
 import onyxrt as ort

@@ -19,7 +19,7 @@ import onnx
 import onnx.backend.base
 import onnxruntime
 import pytest
-from conftest import make_model, tensor
+from model_helpers import make_model, tensor
 from onnx import TensorProto, helper
 
 import onyxrt as ort
@@ -202,7 +202,7 @@ def test_provider_options_must_be_parallel_to_providers(add_relu_model):
         ort.InferenceSession(add_relu_model, providers=[CPU], provider_options=[{}, {}])
 
 
-def test_uninstalled_providers_warn_with_the_fix_and_run_on_cpu(add_relu_model):
+def test_uninstalled_providers_warn_with_the_fix_and_run_on_cpu(add_relu_model, without_gpu_plugins):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sess = ort.InferenceSession(
@@ -246,7 +246,7 @@ def test_fallback_without_cpu_in_the_list_still_runs_on_cpu(add_relu_model):
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x + W, 0))
 
 
-def test_strict_providers_turns_fallback_into_an_error(add_relu_model):
+def test_strict_providers_turns_fallback_into_an_error(add_relu_model, without_gpu_plugins):
     so = ort.SessionOptions()
     so.add_session_config_entry("session.strict_providers", "1")
     assert so.get_session_config_entry("session.strict_providers") == "1"
@@ -302,7 +302,7 @@ def test_provider_listings_versions_and_device():
 
 
 def test_provider_listings_keep_cpu_last_with_a_plugin(toy_provider):
-    from conftest import assert_priority_order
+    from model_helpers import assert_priority_order
 
     available = ort.get_available_providers()
     assert TOY in available
@@ -465,7 +465,7 @@ def test_set_providers_rebuilds_from_a_fallback_list_to_cpu(add_relu_model):
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x + W, 0))
 
 
-def test_set_providers_warns_at_the_callers_line(add_relu_model):
+def test_set_providers_warns_at_the_callers_line(add_relu_model, without_gpu_plugins):
     sess = ort.InferenceSession(add_relu_model)
     with pytest.warns(ort.ProviderFallbackWarning, match="onyxrt-cuda") as record:
         sess.set_providers(["CUDAExecutionProvider", CPU])

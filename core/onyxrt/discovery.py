@@ -288,7 +288,11 @@ def catalog() -> ProviderCatalog:
 
 
 def reset_catalog(new: ProviderCatalog | None = None) -> None:
-    """Forget the loaded plugins (tests, or after installing a plugin at run time)."""
+    """Forget the loaded plugins (tests, or after installing a plugin at run time), and
+    the provider instances ``OrtValue`` made for device names."""
     global _catalog
     with _catalog_lock:
         _catalog = new
+    from .ortvalue import forget_device_providers
+
+    forget_device_providers()

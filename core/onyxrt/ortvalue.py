@@ -24,6 +24,12 @@ _device_providers: dict[tuple[str, int], ExecutionProvider] = {}
 _device_lock = threading.Lock()
 
 
+def forget_device_providers() -> None:
+    """Drop the provider instances made for device names (see :func:`reset_catalog`)."""
+    with _device_lock:
+        _device_providers.clear()
+
+
 def resolve_device_provider(device_type: str, device_id: int = 0) -> ExecutionProvider | None:
     """The provider instance owning device ``device_type:device_id`` (None for the CPU).
 

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnx.shape_inference
 
-from .discovery import CPU_PROVIDER, catalog
+from .discovery import CPU_PROVIDER, PLUGINS_ENV_VAR, catalog
 from .dtypes import np_dtype, type_string
 from .errors import (
     InvalidArgument,
@@ -293,6 +293,8 @@ class InferenceSession:
             if name not in installed:
                 package = _KNOWN_PACKAGES.get(name)
                 reason = f"{name} is not installed." + cat.suggest(name)
+                if cat.excluded:
+                    reason += f" ({PLUGINS_ENV_VAR} excluded: {'; '.join(cat.excluded)})"
                 fix = f"pip install {package}" if package else "install the package that provides it"
                 self._fallback(name, reason, fix, strict, fallbacks)
                 continue
@@ -326,13 +328,13 @@ class InferenceSession:
     def _fallback(self, name: str, reason: str, fix: str, strict: bool, fallbacks: list[FallbackRecord]) -> None:
         if strict:
             raise ProviderUnavailable(
-                f"{name} was requested but cannot be used: {reason}"
+                f"{name} was requested but cannot be used: {_sentence(reason)}"
                 + (f" Fix: {fix}." if fix else "")
                 + f" (strict mode: {STRICT_PROVIDERS_KEY}=1)"
             )
         fallbacks.append(FallbackRecord(name, reason, fix))
         message = (
-            f"{name} was requested but will not be used: {reason}"
+            f"{name} was requested but will not be used: {_sentence(reason)}"
             + (f" Fix: {fix}." if fix else "")
             + f" The session runs on the remaining providers; set the session config entry "
             f"{STRICT_PROVIDERS_KEY}=1 to make this an error."
@@ -594,6 +596,12 @@ class InferenceSession:
     def _sync_providers(self) -> None:
         for p in self._providers:
             p.sync()
+
+
+def _sentence(text: str) -> str:
+    """``text`` ending with a full stop (reasons are joined with a following 'Fix: ...')."""
+    text = text.rstrip()
+    return text if text.endswith((".", "?", "!", ")")) else text + "."
 
 
 def _check_feed(check: _InputCheck, value: Any) -> Any:

@@ -9,13 +9,13 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
+
+from onyxrt.graph import Graph
+from onyxrt.protocol import FusedSubgraph
 from onyxrt_simnpu.cache import SUFFIX, ProgramCache
 from onyxrt_simnpu.compiler import cache_key, compile_group
 from onyxrt_simnpu.ops import to_storage
 from onyxrt_simnpu.program import Program
-
-from onyxrt.graph import Graph
-from onyxrt.protocol import FusedSubgraph
 
 OPTIONS = {"precision": "fp16", "tops": 10.0, "bandwidth_gbps": 50.0, "memory_limit": 1 << 30}
 VERSION = "0.1.0"

@@ -13,11 +13,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from onyxrt_simnpu.compiler import CompileError, compile_group
-from onyxrt_simnpu.ops import NPU_OPS, check_node, storage_dtype, to_storage
 
 from onyxrt.graph import Graph
 from onyxrt.protocol import FusedSubgraph
+from onyxrt_simnpu.compiler import CompileError, compile_group
+from onyxrt_simnpu.ops import NPU_OPS, check_node, storage_dtype, to_storage
 
 RNG = np.random.default_rng(1234)
 

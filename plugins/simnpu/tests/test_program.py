@@ -11,12 +11,12 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from onyxrt_simnpu.compiler import CompileError, compile_group
-from onyxrt_simnpu.ops import to_storage
-from onyxrt_simnpu.program import MAGIC, CorruptProgram, Instruction, Program
 
 from onyxrt.graph import Graph
 from onyxrt.protocol import FusedSubgraph
+from onyxrt_simnpu.compiler import CompileError, compile_group
+from onyxrt_simnpu.ops import to_storage
+from onyxrt_simnpu.program import MAGIC, CorruptProgram, Instruction, Program
 
 RNG = np.random.default_rng(7)
 

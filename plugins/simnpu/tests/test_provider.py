@@ -310,10 +310,9 @@ def test_int8_precision_absorbs_qdq_around_supported_ops():
     assert set(int8.placement.nodes_by_provider()[NPU]) == {"q_x", "dq_x", "dq_w", "conv", "relu"}
     (got,) = int8.run(None, {"x": x})
     assert _max_rel(got, expected) < 1e-2
+    from onyxrt.graph import Graph
     from onyxrt_simnpu.capability import plan_capability
     from onyxrt_simnpu.provider import SimNPUExecutionProvider
-
-    from onyxrt.graph import Graph
 
     inferred = onnx.shape_inference.infer_shapes(model)
     graph = Graph.from_proto(inferred.graph, {"": 19})

@@ -1,0 +1,125 @@
+"""Helpers shared by the GPU kernels: the dtype sets, the kernel base class, host values.
+
+Kernels get CuPy through :func:`~onyxrt_gpu.cupy_loader.cupy_module` when they are built
+(the real module, or the simulated one a test installed), so a kernel keeps using the
+CuPy it was created with.
+
+Values that steer a kernel rather than being computed on (shapes, axes, slice bounds,
+pads...) are read on the host: from the node's constants when they are initializers
+(once, at creation), else from the runtime input, which the kernel registers as a
+``host_inputs`` position so the plan keeps it in host memory; a device array there is
+still accepted and copied back with ``.get()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onyxrt.errors import InvalidGraph
+from onyxrt.kernels import Kernel, KernelInfo
+
+from ..cupy_loader import cupy_module
+
+__all__ = [
+    "FLOATS",
+    "SIGNED_INTS",
+    "UNSIGNED_INTS",
+    "INTS",
+    "NUMERIC",
+    "BOOL",
+    "TENSORS",
+    "GpuKernel",
+    "bad",
+    "host_array",
+    "host_ints",
+    "host_scalar",
+    "widen",
+    "norm_axis",
+    "norm_axes",
+    "wants_output",
+]
+
+FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+SIGNED_INTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+UNSIGNED_INTS = frozenset(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+INTS = SIGNED_INTS | UNSIGNED_INTS
+NUMERIC = FLOATS | INTS
+BOOL = frozenset({np.dtype(np.bool_)})
+#: Every element type CuPy holds that ONNX tensors use (no strings, bfloat16, float8).
+TENSORS = NUMERIC | BOOL
+
+_HALF = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
+
+class GpuKernel(Kernel):
+    """Base of the GPU kernels: ``self.cp`` is the CuPy module the kernel was built with."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.cp = cupy_module()
+
+    def upload(self, value: Any, dtype: Any = None) -> Any:
+        """A host constant as a device array (once, at creation)."""
+        return self.cp.asarray(np.asarray(value, dtype=dtype))
+
+    def device(self, value: Any) -> Any:
+        """``value`` as a device array; host data is copied over (a counted transfer)."""
+        if isinstance(value, self.cp.ndarray):
+            return value
+        return self.cp.asarray(value)
+
+
+def bad(info: KernelInfo, message: str) -> InvalidGraph:
+    """An InvalidGraph error naming the node."""
+    return InvalidGraph(f"node {info.node_name!r} ({info.op_type}): {message}")
+
+
+def host_array(value: Any) -> np.ndarray:
+    """A small steering tensor on the host: host values as they are, device ones copied."""
+    if isinstance(value, np.ndarray):
+        return value
+    get = getattr(value, "get", None)
+    if get is not None and not isinstance(value, (list, tuple)):
+        return np.asarray(get())
+    return np.asarray(value)
+
+
+def host_ints(value: Any) -> list[int]:
+    """A 0-d/1-d integer tensor (host or device) or a list as Python ints."""
+    return [int(v) for v in host_array(value).reshape(-1)]
+
+
+def host_scalar(value: Any) -> Any:
+    """The single element of a one-element tensor (host or device) as a numpy scalar."""
+    arr = host_array(value)
+    if arr.size != 1:
+        raise ValueError(f"expected a scalar (one element), got shape {arr.shape}")
+    return arr.reshape(-1)[0]
+
+
+def widen(x: Any) -> Any:
+    """float16 → float32 (computed in float32 and rounded once at the end); others as is."""
+    return x.astype(_F32) if x.dtype == _HALF else x
+
+
+def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
+    """``axis`` in ``[-rank, rank-1]`` mapped to ``[0, rank-1]``."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def norm_axes(axes: Any, rank: int, what: str = "axes") -> list[int]:
+    """Normalized, duplicate-free axes."""
+    out = [norm_axis(int(a), rank, what) for a in axes]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what} {list(axes)} contain a duplicate")
+    return out
+
+
+def wants_output(info: KernelInfo, index: int) -> bool:
+    """Whether the node's optional output ``index`` is requested."""
+    return index < len(info.output_names) and info.output_names[index] != ""

@@ -1,0 +1,187 @@
+"""``GPUExecutionProvider``: the one GPU implementation behind CUDA and ROCm.
+
+``CUDAExecutionProvider`` (onyxrt-cuda) and ``ROCMExecutionProvider`` (onyxrt-rocm) are
+subclasses that only name themselves, their CuPy build and their vendor; kernels, memory,
+transfers, options and the probe are all here, written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onyxrt.allocator import EXTEND_STRATEGIES, ArenaAllocator
+from onyxrt.devices import Device
+from onyxrt.errors import InvalidProviderOption
+from onyxrt.graph import Graph, Node
+from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.options import Option, OptionSchema
+from onyxrt.protocol import KernelRegistryProvider, ProbeResult
+
+from .cupy_loader import cupy_module, probe_cupy
+from .kernels import registry
+from .memory import ArenaCupyAllocator, CupyDeviceMemory
+from .transfer import CupyTransfer
+
+__all__ = ["GPUExecutionProvider", "GPU_OPTIONS", "SHAPE_OPS"]
+
+#: Operators that only compute shapes: they stay on CPU, as in onnxruntime, so shapes
+#: never bounce through the device.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+_SMALL_INT = 64  # int64 tensors up to this many elements are shape arithmetic
+
+GPU_OPTIONS = OptionSchema([
+    Option("device_id", int, 0, "which GPU", minimum=0),
+    Option("gpu_mem_limit", "size", 0, "bytes the device arena may reserve (0: no limit)",
+           minimum=0, aliases=("memory_limit",)),
+    Option("arena_extend_strategy", str, "kNextPowerOfTwo", "how the device arena grows",
+           choices=EXTEND_STRATEGIES),
+    Option("do_copy_in_default_stream", bool, True,
+           "copy on the compute stream (False: a separate copy stream)"),
+    # onnxruntime's cuDNN keys: validated and reported so existing code keeps working;
+    # onyxrt's convolutions are im2col + cuBLAS/hipBLAS GEMMs, so they select nothing.
+    Option("cudnn_conv_algo_search", str, "EXHAUSTIVE",
+           "accepted for onnxruntime compatibility (no cuDNN algorithm search here)",
+           choices=("EXHAUSTIVE", "HEURISTIC", "DEFAULT")),
+    Option("cudnn_conv_use_max_workspace", bool, True,
+           "accepted for onnxruntime compatibility (no cuDNN workspace here)"),
+])
+
+
+class _DeviceKernel(Kernel):
+    """Runs a GPU kernel on its device with the provider's arena as CuPy's allocator."""
+
+    def __init__(self, inner: Kernel, provider: GPUExecutionProvider) -> None:
+        super().__init__(inner.info)
+        self.inner = inner
+        self.scope = provider.allocation_scope
+
+    def compute(self, *inputs: Any) -> tuple[Any, ...]:
+        """The inner kernel's compute inside the device and allocator scope."""
+        with self.scope():
+            return self.inner.compute(*inputs)
+
+
+class _Scope:
+    """``with``: the provider's device current and its arena as CuPy's allocator."""
+
+    __slots__ = ("cupy", "device_id", "allocator", "_device", "_alloc")
+
+    def __init__(self, cupy: Any, device_id: int, allocator: ArenaCupyAllocator) -> None:
+        self.cupy = cupy
+        self.device_id = device_id
+        self.allocator = allocator
+
+    def __enter__(self) -> None:
+        self._device = self.cupy.cuda.Device(self.device_id)
+        self._device.__enter__()
+        self._alloc = self.cupy.cuda.using_allocator(self.allocator)
+        self._alloc.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._alloc.__exit__(*exc)
+        self._device.__exit__(*exc)
+
+
+class GPUExecutionProvider(KernelRegistryProvider):
+    """A kernel-registry provider over CuPy (subclassed for CUDA and ROCm)."""
+
+    build: ClassVar[str] = "cuda"  # "cuda" or "hip": the CuPy build this provider needs
+    memory_prefix: ClassVar[str] = "cuda"
+    vendor_id: ClassVar[int] = 0
+    registry = registry
+    option_schema: ClassVar[OptionSchema] = GPU_OPTIONS
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.cupy = cupy_module()
+        self.device_id = int(self.options["device_id"])
+        count = int(self.cupy.cuda.runtime.getDeviceCount())
+        if self.device_id >= count:
+            raise InvalidProviderOption(
+                f"{self.name}: option 'device_id' is {self.device_id} but this machine has "
+                f"{count} device(s) (ids 0..{count - 1})"
+            )
+        self.simulated = bool(getattr(self.cupy, "__onyxrt_simulated__", False))
+        self.arena = ArenaAllocator(
+            CupyDeviceMemory(self.cupy, self.device_id),
+            strategy=self.options["arena_extend_strategy"],
+            limit=int(self.options["gpu_mem_limit"]) or None,
+            name=f"{self.name} device {self.device_id}",
+        )
+        self.cupy_allocator = ArenaCupyAllocator(self.cupy, self.arena, self.device_id)
+        self.transfer = CupyTransfer(
+            self.cupy, self.memory_prefix, self.allocation_scope,
+            bool(self.options["do_copy_in_default_stream"]),
+        )
+
+    # -- discovery ---------------------------------------------------------------------
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        """CuPy of the right build importable and at least one device present."""
+        return probe_cupy(cls.build, cls.name)
+
+    def devices(self) -> Sequence[Device]:
+        """The GPU selected by ``device_id`` (virtual when CuPy is simulated)."""
+        return (Device(
+            "gpu", self.vendor, self.device_id, vendor_id=self.vendor_id,
+            virtual=self.simulated, memory_space=f"{self.memory_prefix}:{self.device_id}",
+            metadata={"cupy": str(getattr(self.cupy, "__version__", "?"))},
+        ),)
+
+    # -- partitioning and kernels --------------------------------------------------------
+    def refusal_reason(self, graph: Graph, node: Node) -> tuple[str, str]:
+        """The registry's reasons, plus: shape computation stays on CPU."""
+        if node.op_type in SHAPE_OPS or _is_shape_arithmetic(graph, node):
+            return "shape computation stays on CPU (as in onnxruntime), so shapes never " \
+                   "bounce through the device", "policy"
+        for name in (*node.inputs, *node.outputs):
+            vt = graph.value_type(name) if name else None
+            if vt is not None and vt.kind not in ("tensor", "unknown"):
+                return f"{name!r} is a {vt.kind}; GPU kernels take tensors only", "dtype"
+        return super().refusal_reason(graph, node)
+
+    def create_kernel(self, node: Node, info: KernelInfo) -> Kernel:
+        """Build the kernel on this device (constants upload into the arena)."""
+        with self.allocation_scope():
+            inner = super().create_kernel(node, info)
+        return _DeviceKernel(inner, self)
+
+    def allocation_scope(self) -> AbstractContextManager[Any]:
+        """A context: this device current, the arena as CuPy's allocator."""
+        return _Scope(self.cupy, self.device_id, self.cupy_allocator)
+
+    # -- memory ------------------------------------------------------------------------
+    def data_transfer(self) -> CupyTransfer:
+        """Host ↔ device and device ↔ device copies, counted."""
+        return self.transfer
+
+    def allocator(self) -> ArenaAllocator:
+        """The device arena (``gpu_mem_limit``, extend strategy, statistics)."""
+        return self.arena
+
+    def describe(self, value: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        """Shape and dtype of a CuPy array."""
+        return tuple(value.shape), np.dtype(value.dtype)
+
+    def sync(self) -> None:
+        """Wait for the device."""
+        self.cupy.cuda.Device(self.device_id).synchronize()
+
+
+def _is_shape_arithmetic(graph: Graph, node: Node) -> bool:
+    """A node whose inputs and outputs are all small int64 tensors (shape vectors)."""
+    names = [n for n in (*node.inputs, *node.outputs) if n]
+    if not names:
+        return False
+    for name in names:
+        vt = graph.value_type(name)
+        if vt is None or vt.elem_type != 7:  # TensorProto.INT64
+            return False
+        size = vt.static_size
+        if size is None or size > _SMALL_INT:
+            return False
+    return True
