@@ -53,10 +53,11 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plu
     monkeypatch.syspath_prepend(str(site))
     reset_catalog()
     yield PluginSite(site)
+    # list(): reading a module's __file__ may import (lazy modules such as CuPy's).
     for mod in [
         m
-        for m, v in sys.modules.items()
-        if getattr(v, "__file__", "") and str(site) in str(v.__file__)
+        for m, v in list(sys.modules.items())
+        if str(site) in str(getattr(v, "__file__", "") or "")
     ]:
         del sys.modules[mod]
     reset_catalog()
