@@ -612,3 +612,24 @@ def test_fused_kernel_returning_too_few_outputs_is_an_error(plugin_site):
     with pytest.raises((KernelError, ort.errors.ProviderError)) as err:
         sess.run(None, {"x": np.ones((2, 3), np.float32)})
     assert "FuseExecutionProvider_test_graph_0" in str(err.value)
+
+
+def test_later_providers_see_what_is_taken_or_pinned_elsewhere():
+    """get_capability is told which nodes belong to higher-priority providers (and pins),
+    so a compile-style provider can group free nodes only."""
+    g = _chain(4)
+    seen: dict[str, dict[str, str | None]] = {}
+
+    class Watcher(FakeProvider):
+        def get_capability(self, graph: Graph) -> Capability:
+            seen[self.name] = {n.name: graph.assigned_provider(n.name) for n in graph.nodes}
+            return super().get_capability(graph)
+
+    first = Watcher("First", ["a", "b", "c"])
+    second = Watcher("Second", ["d"])
+    cpu = Watcher("CPU", ["a", "b", "c", "d"])
+    Partitioner([first, second, cpu], pins={"c": "CPU"}).partition(g)
+    assert seen["First"] == {"a": None, "b": None, "c": "CPU", "d": None}
+    assert seen["Second"] == {"a": "First", "b": "First", "c": "CPU", "d": None}
+    assert seen["CPU"] == {"a": "First", "b": "First", "c": None, "d": "Second"}
+    assert g.assigned == {}  # cleared after partitioning

@@ -93,6 +93,9 @@ class Graph:
     overridable: list[str] = field(default_factory=list)
     #: Names the graph reads from an enclosing graph (subgraphs only).
     outer_names: list[str] = field(default_factory=list)
+    #: During partitioning: node name → the provider it already belongs to (or is pinned
+    #: to). Set by the partitioner before each provider's ``get_capability``.
+    assigned: dict[str, str] = field(default_factory=dict)
 
     # -- construction ----------------------------------------------------------------
     @classmethod
@@ -180,6 +183,11 @@ class Graph:
     def value_type(self, name: str) -> ValueType | None:
         """What is statically known about value ``name``, if anything."""
         return self.value_types.get(name)
+
+    def assigned_provider(self, node: str) -> str | None:
+        """The provider that already owns ``node`` (or it is pinned to), if any: a
+        provider asked for its capability should form its groups from free nodes only."""
+        return self.assigned.get(node)
 
     def is_constant(self, name: str) -> bool:
         """Whether ``name`` is an initializer that a caller cannot override."""

@@ -74,6 +74,12 @@ class Partitioner:
         pinned = self._pinned_nodes(graph, index_of)
 
         for pi, provider in enumerate(self.providers):
+            # Show the provider what is taken (or pinned elsewhere) so that compile-style
+            # providers group free nodes only.
+            graph.assigned = {name: self.providers[units[u].provider].name for name, u in unit_of.items()}
+            graph.assigned.update(
+                (name, self.providers[p].name) for name, p in pinned.items() if p != pi and name not in unit_of
+            )
             try:
                 capability = provider.get_capability(graph)
             except Exception as exc:  # a faulty plugin must not take the session down
@@ -113,6 +119,7 @@ class Partitioner:
                         unit_of[n.name] = len(units)
                     units.append(Unit(pi, group=group))
 
+        graph.assigned = {}
         missing = [n for n in graph.nodes if n.name not in unit_of]
         if missing:
             lines = []

@@ -212,9 +212,11 @@ class ExecutionProvider(abc.ABC):
     def get_capability(self, graph: GraphView) -> Capability:
         """Claim the nodes this provider will run; give a reason for each it refuses.
 
-        Called once per graph (and once per control-flow subgraph) with only the nodes
-        still unassigned being claimable; claims on taken nodes are ignored (single-node)
-        or rejected whole (fused).
+        Called once per graph (and once per control-flow subgraph), in priority order.
+        Nodes already taken by a higher-priority provider, or pinned to another one, are
+        marked: ``graph.assigned_provider(name)`` is not None; claims on them are ignored
+        (single-node) or rejected whole (fused), so compile-style providers should group
+        free nodes only.
         """
 
     def create_kernel(self, node: Node, info: KernelInfo) -> Kernel:

@@ -129,6 +129,8 @@ def plan_capability(graph: Graph, options: Mapping[str, Any]) -> Capability:
     refusals: list[Refusal] = []
     supported: set[str] = set()
     for node in graph.nodes:
+        if graph.assigned_provider(node.name) is not None:
+            continue  # taken by a higher-priority provider (or pinned elsewhere)
         reason, category = node_refusal(node, graph, precision)
         if reason:
             refusals.append(Refusal(node.name, reason, category))

@@ -214,6 +214,30 @@ class GPUProviderTests:
         assert _max_rel(got, expected) < 1e-4
 
 
+    def test_gpu_first_with_npu_pinned_nodes(self) -> None:
+        """[GPU, SimNPU, CPU] in that priority: the GPU takes what it can, the NPU the nodes
+        pinned to it, the CPU shape computation — three memory spaces in one run."""
+        from onyxrt.discovery import catalog
+
+        if NPU not in catalog().names():
+            pytest.skip("onyxrt-simnpu is not installed in this environment")
+        model = _MODELS["bert"]()
+        feeds = _feeds(model, batch=1)
+        so = ort.SessionOptions()
+        so.add_free_dimension_override_by_name("batch", 1)
+        expected = ort.InferenceSession(model.SerializeToString(), so).run(None, feeds)[0]
+        so.add_session_config_entry("session.pin_nodes", f"LayerNormalization={NPU}")
+        session = self._session(model, [self.provider, (NPU, {"precision": "fp32"}), CPU], so)
+        report = session.placement
+        assert report.providers_used == (self.provider, NPU, CPU), report
+        layer_norms = [n for n in report.nodes if n.op_type == "LayerNormalization"]
+        assert layer_norms and all(n.provider == NPU for n in layer_norms)
+        gpu_npu = [c for c in report.copies_per_run if {c.src_provider, c.dst_provider} == {self.provider, NPU}]
+        assert gpu_npu, "GPU <-> NPU copies (through the host) are in the report"
+        (got,) = session.run(None, feeds)
+        assert _max_rel(got, expected) < 1e-4
+
+
 class GPUConformance(ProviderConformance):
     """The core's provider conformance suite, under the simulated CuPy."""
 
