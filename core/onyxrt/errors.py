@@ -61,7 +61,14 @@ class InvalidProviderOption(InvalidArgument):
 
 
 class NotImplementedOp(OnyxError, NotImplementedError):
-    """No provider in the session can run a node (unknown operator, version or type)."""
+    """No provider in the session can run a node (unknown operator, version or type).
+
+    ``nodes`` names the nodes nobody claimed (when the partitioner raised it).
+    """
+
+    def __init__(self, message: str, nodes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.nodes = nodes
 
 
 class ProviderError(OnyxError, RuntimeError):

@@ -129,7 +129,10 @@ class Partitioner:
                     reasons.append(f"pinned to {self.providers[pinned[lost.name]].name}, which did not claim it")
                 lines.append(f"node {lost.name!r} ({lost.qualified_op}): " + ("; ".join(reasons) or "no provider claimed it"))
             more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
-            raise NotImplementedOp("no provider in this session can run: " + " | ".join(lines) + more)
+            raise NotImplementedOp(
+                "no provider in this session can run: " + " | ".join(lines) + more,
+                tuple(n.name for n in missing),
+            )
 
         ordered = _order_units(graph, units, unit_of)
         return Partition(

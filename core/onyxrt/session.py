@@ -30,10 +30,12 @@ from .errors import (
     InvalidArgument,
     InvalidInput,
     InvalidModel,
+    NotImplementedOp,
     OnyxError,
     PartitionError,
     ProviderUnavailable,
 )
+from .functions import expand_nodes, inline_local_functions
 from .graph import Graph
 from .iobinding import IOBinding
 from .kernels import ValueType
@@ -67,6 +69,10 @@ _KNOWN_PACKAGES = {
     "SimNPUExecutionProvider": "onyxrt-simnpu",
     "CPUExecutionProvider": "onyxrt-cpu",
 }
+
+
+#: Function bodies may use operators that are functions themselves.
+_MAX_EXPANSION_ROUNDS = 4
 
 
 class ProviderFallbackWarning(UserWarning):
@@ -166,6 +172,7 @@ class InferenceSession:
     # -- creation --------------------------------------------------------------------
     def _load(self, source: Any) -> LoadedModel:
         loaded = load_model(source)
+        loaded.proto = inline_local_functions(loaded.proto)
         check_model(loaded)
         proto = loaded.proto
         opts = self._sess_options
@@ -180,6 +187,10 @@ class InferenceSession:
         if self._sess_options.optimized_model_filepath:
             onnx.save_model(proto, self._sess_options.optimized_model_filepath)
         self._model = proto
+        self._declared_from(proto)
+        return self._graph_from(proto)
+
+    def _declared_from(self, proto: onnx.ModelProto) -> None:
         # What the model declares for its inputs and outputs, before shape inference adds
         # invented dim names ('unk__0'): NodeArg reports the declaration, like onnxruntime.
         self._declared = {
@@ -187,11 +198,16 @@ class InferenceSession:
             for vi in [*proto.graph.input, *proto.graph.output]
             if vi.HasField("type")
         }
+
+    def _graph_from(self, proto: onnx.ModelProto) -> Graph:
         try:
             inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
         except Exception as exc:  # shape inference is an aid; the model may still run
             self._logger.info("shape inference failed (%s); continuing without it", exc)
             inferred = proto
+        self._types = {
+            vi.name: vi.type for vi in [*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info]
+        }
         opsets = {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in proto.opset_import}
         try:
             return Graph.from_proto(inferred.graph, opsets)
@@ -209,7 +225,7 @@ class InferenceSession:
             requested=tuple(name for name, _ in requested),
             fallbacks=tuple(fallbacks),
         )
-        plan = build_plan(self._graph, ctx)
+        plan = self._plan_with_expansion(ctx)
         placement = plan.placement
         assert placement is not None
         if opts.config_flag(DISABLE_CPU_FALLBACK_KEY):
@@ -230,6 +246,21 @@ class InferenceSession:
             self._logger.info("%s", line)
         for node in placement.nodes:
             self._logger.debug("placement: node %s (%s) -> %s", node.node, node.op_type, node.provider)
+
+    def _plan_with_expansion(self, ctx: PlanContext) -> ExecutionPlan:
+        """Build the plan; nodes no provider claims whose operator ONNX defines by a
+        function body are expanded into that body, and the graph partitioned again."""
+        for _ in range(_MAX_EXPANSION_ROUNDS):
+            try:
+                return build_plan(self._graph, ctx)
+            except NotImplementedOp as exc:
+                expanded_model, expanded = expand_nodes(self._model, exc.nodes, self._types)
+                if not expanded:
+                    raise
+                self._logger.info("expanded into their function bodies: %s", ", ".join(expanded))
+                self._model = expanded_model
+                self._graph = self._graph_from(expanded_model)
+        return build_plan(self._graph, ctx)
 
     def _requested_providers(
         self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None

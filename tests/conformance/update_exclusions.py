@@ -16,12 +16,15 @@ from onyxrt.testing.conformance import node_cases, run_cases
 HERE = Path(__file__).parent
 
 # Failures that are not missing kernels, with why they are expected.
+_FP16_SOFTMAX = (
+    "float16 Softmax is computed in float32 and rounded once (as onnxruntime does); the "
+    "expected values come from float16 arithmetic throughout and differ by one float16 "
+    "ulp, which is above the suite's rtol of 1e-3"
+)
 MANUAL = {
-    "test_attention_4d_causal_fp16_expanded": (
-        "float16 Softmax is computed in float32 and rounded once (as onnxruntime does); the "
-        "expected values come from float16 arithmetic throughout and differ by one float16 "
-        "ulp, which is above the suite's rtol of 1e-3"
-    ),
+    "test_attention_4d_causal_fp16_expanded": _FP16_SOFTMAX,
+    # Attention runs as its ONNX function body (no fused kernel yet), so the same applies.
+    "test_attention_4d_causal_fp16": _FP16_SOFTMAX,
 }
 RANDOM = {
     name: (

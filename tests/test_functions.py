@@ -1,0 +1,58 @@
+"""Operators defined by ONNX function bodies, and model-local functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from model_helpers import make_model, tensor
+from onnx import helper
+
+import onyxrt as ort
+
+
+def test_operator_without_a_kernel_runs_as_its_function_body():
+    # Shrink has no CPU kernel; ONNX defines it as a function of simpler operators.
+    model = make_model(
+        [helper.make_node("Shrink", ["x"], ["y"], name="shrink", lambd=1.5, bias=0.5)],
+        [tensor("x", [5])],
+        [tensor("y", [5])],
+        opset=18,
+    )
+    session = ort.InferenceSession(model.SerializeToString())
+    x = np.array([-3.0, -1.0, 0.0, 1.0, 3.0], np.float32)
+    (y,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(y, np.where(x < -1.5, x + 0.5, np.where(x > 1.5, x - 0.5, 0)))
+    assert "Shrink" not in {n.op_type for n in session.placement.nodes}  # expanded
+
+
+def test_context_dependent_function_uses_default_attributes():
+    # HannWindow's body depends on its attributes; the defaults must reach the body.
+    model = make_model(
+        [helper.make_node("HannWindow", ["n"], ["w"], name="hann")],
+        [tensor("n", [], onnx.TensorProto.INT64)],
+        [tensor("w", [None])],
+        opset=17,
+    )
+    (w,) = ort.InferenceSession(model.SerializeToString()).run(None, {"n": np.array(8, np.int64)})
+    k = np.arange(8)
+    np.testing.assert_allclose(w, (np.sin(np.pi * k / 8) ** 2).astype(np.float32), atol=1e-6)
+
+
+def test_model_local_functions_are_inlined():
+    double_relu = helper.make_function(
+        "custom.fn", "DoubleRelu", ["a"], ["b"],
+        [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Add", ["r", "r"], ["b"])],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("DoubleRelu", ["x"], ["y"], domain="custom.fn", name="f")],
+        "g", [tensor("x", [3])], [tensor("y", [3])],
+    )
+    model = helper.make_model(
+        graph, functions=[double_relu], ir_version=10,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom.fn", 1)],
+    )
+    (y,) = ort.InferenceSession(model.SerializeToString()).run(
+        None, {"x": np.array([-1.0, 0.5, 2.0], np.float32)}
+    )
+    np.testing.assert_allclose(y, [0.0, 1.0, 4.0])
