@@ -36,7 +36,7 @@ LIBRARIES = [f for f in _FOLDERS if f not in PLUGINS]
 #: plugin(...) session installs them with everything.
 EXCLUSIVE_DEPENDENCIES = {"rocm"}
 # Test-only dependencies (onnxruntime is a test oracle only, never a runtime dependency).
-TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime>=1.20", "onnx==1.23.2"]
+TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime>=1.20", "onnx==1.23.2", "pillow>=10"]
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True

@@ -20,7 +20,13 @@ from typing import Any
 
 from onnx.backend.test.case.test_case import TestCase
 
-__all__ = ["node_cases", "model_cases", "check_case", "CaseResult", "run_cases", "main"]
+__all__ = [
+    "node_cases", "model_cases", "wheel_model_dirs", "check_model_dir", "check_case",
+    "CaseResult", "run_cases", "main",
+]
+
+#: The real-model cases shipped inside the onnx wheel (140 at onnx 1.23).
+WHEEL_MODEL_KINDS = ("pytorch-converted", "pytorch-operator", "simple")
 
 
 def node_cases() -> list[TestCase]:
@@ -39,6 +45,40 @@ def model_cases() -> list[TestCase]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return list(collect_testcases())
+
+
+def wheel_model_dirs() -> list[Any]:
+    """Folders of the model cases shipped in the onnx wheel (model.onnx + data sets)."""
+    from pathlib import Path
+
+    import onnx
+
+    root = Path(onnx.__file__).parent / "backend" / "test" / "data"
+    return sorted(
+        d for kind in WHEEL_MODEL_KINDS for d in (root / kind).iterdir() if (d / "model.onnx").is_file()
+    )
+
+
+def _read_pb(path: Any) -> Any:
+    import onnx
+    from onnx import numpy_helper
+
+    data = path.read_bytes()
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(data)
+    return numpy_helper.to_array(tensor)
+
+
+def check_model_dir(folder: Any, device: str = "CPU", rtol: float = 1e-3, atol: float = 1e-7) -> None:
+    """Run one wheel model case: every ``test_data_set_*`` through ``onyxrt.backend``."""
+    from .. import backend
+
+    rep = backend.prepare(str(folder / "model.onnx"), device)
+    for data_set in sorted(folder.glob("test_data_set_*")):
+        inputs = [_read_pb(p) for p in sorted(data_set.glob("input_*.pb"), key=lambda p: int(p.stem.split("_")[1]))]
+        expected = [_read_pb(p) for p in sorted(data_set.glob("output_*.pb"), key=lambda p: int(p.stem.split("_")[1]))]
+        outputs = list(rep.run(inputs))
+        _assert_similar(expected, outputs, rtol, atol)
 
 
 def check_case(case: TestCase, device: str = "CPU") -> None:
@@ -114,6 +154,8 @@ def run_cases(cases: Iterable[TestCase], device: str = "CPU") -> list[CaseResult
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the pass count and the failures grouped by error."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--models"]:
+        return _main_models()
     cases: list[Any] = node_cases()
     if args:
         cases = [c for c in cases if any(a.lower() in c.name.lower() for a in args)]
@@ -125,6 +167,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     for error, names in sorted(by_error.items(), key=lambda kv: -len(kv[1])):
         print(f"{len(names):4d}  {error}\n      {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     print(f"node conformance: {len(results) - len(failed)} passed, {len(failed)} failed of {len(results)}")
+    return 0
+
+
+def _main_models() -> int:
+    failed = []
+    dirs = wheel_model_dirs()
+    for folder in dirs:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check_model_dir(folder)
+        except Exception as exc:  # report, never stop
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            failed.append(f"{folder.parent.name}/{folder.name}: {type(exc).__name__}: {first[:200]}")
+    for line in failed:
+        print(line)
+    print(f"wheel model cases: {len(dirs) - len(failed)} passed, {len(failed)} failed of {len(dirs)}")
     return 0
 
 

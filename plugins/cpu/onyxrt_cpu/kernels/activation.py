@@ -307,6 +307,22 @@ class Softsign(_FloatUnary):
         return x / (1 + np.abs(x))
 
 
+@registry.register("Shrink", since=9)
+class Shrink(Kernel):
+    """y = x + bias if x < -lambd, x - bias if x > lambd, else 0 (any numeric type)."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.lambd = _float_attr(info, "lambd", 0.5)
+        self.bias = _float_attr(info, "bias", 0.0)
+
+    def compute(self, x):
+        x = np.asarray(x)
+        w = _widen(x).astype(np.float64) if x.dtype.kind in "iu" else _widen(x)
+        y = np.where(w < -self.lambd, w + self.bias, np.where(w > self.lambd, w - self.bias, 0))
+        return (np.asarray(y).astype(x.dtype),)
+
+
 @registry.register("Mish", since=(18, 22))
 class Mish(_FloatUnary):
     """y = x * tanh(softplus(x)) = x * n / (n + 2) with n = e^x (e^x + 2)."""

@@ -46,7 +46,8 @@ def legacy_align(a: np.ndarray, b: np.ndarray, broadcast: int, axis: int | None)
     """Reshape ``b`` for the pre-opset-7 broadcasting rule (``broadcast``/``axis`` attributes).
 
     Without ``broadcast`` both shapes must be equal. With it, ``b`` is a scalar, a one-element
-    tensor, or a contiguous run of ``a``'s dims starting at ``axis`` (suffix when unset).
+    tensor, or a contiguous run of ``a``'s dims starting at ``axis`` (suffix when unset); a
+    size-1 dim of ``b`` stretches, as exporters of the time (PyTorch) relied on.
     """
     if not broadcast:
         if a.shape != b.shape:
@@ -63,7 +64,12 @@ def legacy_align(a: np.ndarray, b: np.ndarray, broadcast: int, axis: int | None)
         start = a.ndim - b.ndim
     else:
         start = axis + a.ndim if axis < 0 else axis
-    if start < 0 or start + b.ndim > a.ndim or a.shape[start : start + b.ndim] != b.shape:
+    window = a.shape[start : start + b.ndim] if start >= 0 else ()
+    if (
+        start < 0
+        or start + b.ndim > a.ndim
+        or any(db not in (1, da) for da, db in zip(window, b.shape))
+    ):
         raise ValueError(
             f"cannot broadcast shape {b.shape} onto {a.shape} at axis {start} "
             "(legacy broadcasting needs a contiguous match)"

@@ -1,0 +1,3 @@
+"""CPU kernels: detection (being written)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""CPU kernels: misc (being written)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""CPU kernels: quantization (being written)."""
+
+from __future__ import annotations

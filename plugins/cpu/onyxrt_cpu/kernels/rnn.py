@@ -1,0 +1,3 @@
+"""CPU kernels: rnn (being written)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""CPU kernels: signal (being written)."""
+
+from __future__ import annotations

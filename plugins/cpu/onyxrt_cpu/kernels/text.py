@@ -1,0 +1,3 @@
+"""CPU kernels: text (being written)."""
+
+from __future__ import annotations
