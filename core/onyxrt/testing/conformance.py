@@ -90,8 +90,8 @@ def check_case(case: TestCase, device: str = "CPU") -> None:
 
     rep = backend.prepare(case.model, device)
     for inputs, expected in case.data_sets or ():
-        outputs = list(rep.run([_as_value(v) for v in inputs]))
-        _assert_similar([_as_value(v) for v in expected], outputs, case.rtol, case.atol)
+        outputs = list(rep.run([as_value(v) for v in inputs]))
+        _assert_similar([as_value(v) for v in expected], outputs, case.rtol, case.atol)
 
 
 def _assert_similar(expected: list[Any], outputs: list[Any], rtol: float, atol: float) -> None:
@@ -113,7 +113,7 @@ def _assert_similar(expected: list[Any], outputs: list[Any], rtol: float, atol: 
             Runner.assert_similar_outputs([want], [got], rtol=rtol, atol=atol)
 
 
-def _as_value(value: Any) -> Any:
+def as_value(value: Any) -> Any:
     """Data sets hold some tensors as ``TensorProto`` (types numpy lacks); onnx's runner
     reads those with ``numpy_helper.to_array`` when it loads them from disk."""
     import onnx
@@ -122,7 +122,7 @@ def _as_value(value: Any) -> Any:
     if isinstance(value, onnx.TensorProto):
         return numpy_helper.to_array(value)
     if isinstance(value, list):
-        return [_as_value(v) for v in value]
+        return [as_value(v) for v in value]
     return value
 
 

@@ -29,6 +29,7 @@ from onnx.backend.test.case.test_case import TestCase
 
 from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.kernels import KernelInfo, ValueType
+from onyxrt.testing.conformance import as_value
 from onyxrt_cpu.kernels import registry
 
 #: numpy's bfloat16 (ml_dtypes), for tests of half-precision types.
@@ -70,14 +71,20 @@ def run_case(case: TestCase) -> None:
         output_types=[types.get(n) for n in node.output],
     )
     kernel = kdef.factory(info)
-    for inputs, expected in case.data_sets:
+    for raw_inputs, raw_expected in case.data_sets:
+        # Types numpy lacks (float8, int4, ...) are stored as TensorProto in data sets.
+        inputs = [as_value(v) for v in raw_inputs]
+        expected = [as_value(v) for v in raw_expected]
         by_name = dict(zip([i.name for i in graph.input], inputs))
         args = [by_name.get(n) if n else None for n in node.input]
         outs = kernel.compute(*args)
         assert isinstance(outs, tuple), f"{node.op_type}.compute must return a tuple"
         assert len(outs) >= len(expected), f"{len(outs)} outputs, expected {len(expected)}"
-        for got, want in zip(outs, expected):
-            _assert_close(got, want, case.rtol, case.atol)
+        # Match by name: a node may leave optional outputs unnamed (RNN's Y), so position
+        # k of the kernel's outputs is the node's k-th output, not the graph's k-th.
+        produced = {name: value for name, value in zip(node.output, outs) if name}
+        for out, want in zip(graph.output, expected):
+            _assert_close(produced[out.name], want, case.rtol, case.atol)
 
 
 def _assert_close(got: object, want: object, rtol: float, atol: float) -> None:
