@@ -114,21 +114,28 @@ def add_relu_model() -> onnx.ModelProto:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
-    """Print the ONNX node-conformance count when the suite ran."""
-    passed = failed = 0
+    """Print the ONNX conformance counts (node cases, wheel model cases) when they ran."""
+    suites = {
+        "test_node_conformance.py::test_node_case": ("node conformance", "exclusions.py"),
+        "test_model_cases.py::test_model_case": ("wheel model cases", "test_model_cases.py"),
+    }
+    counts = {key: [0, 0] for key in suites}
     for outcome in ("passed", "failed", "xfailed", "xpassed"):
         for report in terminalreporter.stats.get(outcome, []):
-            if "test_node_conformance.py::test_node_case" not in getattr(report, "nodeid", ""):
+            nodeid = getattr(report, "nodeid", "")
+            key = next((k for k in suites if k in nodeid), None)
+            if key is None or (report.when != "call" and outcome != "xfailed"):
                 continue
-            if report.when != "call" and outcome != "xfailed":
-                continue
-            if outcome in ("passed", "xpassed"):
-                passed += 1
-            else:
-                failed += 1
-    if passed or failed:
-        terminalreporter.write_sep("=", "ONNX node conformance (CPU provider)")
-        terminalreporter.write_line(
-            f"node conformance: {passed} of {passed + failed} cases pass "
-            f"({failed} listed in tests/conformance/exclusions.py with reasons)"
-        )
+            counts[key][0 if outcome in ("passed", "xpassed") else 1] += 1
+    lines = []
+    for key, (passed, failed) in counts.items():
+        if passed or failed:
+            label, where = suites[key]
+            lines.append(
+                f"{label}: {passed} of {passed + failed} cases pass "
+                f"({failed} listed in tests/conformance/{where} with reasons)"
+            )
+    if lines:
+        terminalreporter.write_sep("=", "ONNX conformance (CPU provider)")
+        for line in lines:
+            terminalreporter.write_line(line)

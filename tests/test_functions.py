@@ -11,18 +11,20 @@ import onyxrt as ort
 
 
 def test_operator_without_a_kernel_runs_as_its_function_body():
-    # Shrink has no CPU kernel; ONNX defines it as a function of simpler operators.
+    # RMSNormalization has no CPU kernel; ONNX defines it as a function of simpler ops.
     model = make_model(
-        [helper.make_node("Shrink", ["x"], ["y"], name="shrink", lambd=1.5, bias=0.5)],
-        [tensor("x", [5])],
-        [tensor("y", [5])],
-        opset=18,
+        [helper.make_node("RMSNormalization", ["x", "scale"], ["y"], name="rms", epsilon=1e-5)],
+        [tensor("x", [2, 4]), tensor("scale", [4])],
+        [tensor("y", [2, 4])],
+        opset=23,
     )
     session = ort.InferenceSession(model.SerializeToString())
-    x = np.array([-3.0, -1.0, 0.0, 1.0, 3.0], np.float32)
-    (y,) = session.run(None, {"x": x})
-    np.testing.assert_allclose(y, np.where(x < -1.5, x + 0.5, np.where(x > 1.5, x - 0.5, 0)))
-    assert "Shrink" not in {n.op_type for n in session.placement.nodes}  # expanded
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    scale = np.array([1.0, 2.0, 0.5, -1.0], np.float32)
+    (y,) = session.run(None, {"x": x, "scale": scale})
+    expected = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-5) * scale
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    assert "RMSNormalization" not in {n.op_type for n in session.placement.nodes}  # expanded
 
 
 def test_context_dependent_function_uses_default_attributes():

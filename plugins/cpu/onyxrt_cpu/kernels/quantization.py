@@ -1,3 +1,392 @@
-"""CPU kernels: quantization (being written)."""
+"""CPU kernels: linear quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+QLinearMatMul, QLinearConv).
+
+Scales and zero points are per-tensor (a scalar or one value), per-axis (1-D, one value per
+index of ``axis``) or blocked (the input's rank, ``ceil(D/block_size)`` along ``axis``); they
+are expanded once to a shape that broadcasts against the data. Quantizing divides in the
+scale's precision (or the ``precision`` attribute's), rounds half to even and clips to the
+integer range; float8/float6/float4 targets are reached by an ml_dtypes cast, clamped to the
+largest finite value first when ``saturate`` is set. The quantized matmul and conv accumulate
+``(x - x_zero_point)`` products exactly in float64 (8-bit products summed far below 2**53)
+and requantize the result.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from onnx import helper
+
+from onyxrt.dtypes import np_dtype
+from onyxrt.errors import InvalidGraph
+from onyxrt.kernels import Kernel, KernelInfo
+
+from . import registry
+from ._spatial import read_spatial_attrs, window
+from .conv import conv_forward
+
+__all__ = [
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "DynamicQuantizeLinear",
+    "QLinearMatMul",
+    "QLinearConv",
+    "quantize",
+    "dequantize",
+]
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_SUB_BYTE_INTS = frozenset(
+    np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)
+)
+# Float targets with Inf/NaN encodings: ``saturate`` decides what overflow becomes. The
+# others (float4/float6) have none, and the cast itself clamps to the largest finite value.
+_FLOAT8 = frozenset(
+    np.dtype(t)
+    for t in (
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e5m2fnuz,
+    )
+)
+
+
+def _node(info: KernelInfo) -> str:
+    return f"node {info.node_name!r} ({info.op_type})"
+
+
+def _elem_dtype(info: KernelInfo, code: int, attr: str) -> np.dtype[Any]:
+    """The numpy dtype of ONNX element type ``code`` (an attribute's value)."""
+    try:
+        return np_dtype(code)
+    except TypeError:
+        pass
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(code))
+    except (KeyError, TypeError, ValueError):
+        raise InvalidGraph(
+            f"{_node(info)}: {attr}={code} is not a supported element type"
+        ) from None
+
+
+def _is_int(dt: np.dtype[Any]) -> bool:
+    return dt.kind in "iu" or dt in _SUB_BYTE_INTS
+
+
+def _int_range(dt: np.dtype[Any]) -> tuple[int, int]:
+    ii = ml_dtypes.iinfo(dt) if dt in _SUB_BYTE_INTS else np.iinfo(dt)
+    return int(ii.min), int(ii.max)
+
+
+def _as_float(a: np.ndarray) -> np.ndarray:
+    """Values of ``a`` in float32 (float64 stays float64); ints exact up to 2**24."""
+    a = np.asarray(a)
+    if a.dtype == _F64:
+        return a
+    if a.dtype.kind in "iu" and a.dtype.itemsize >= 4:
+        return a.astype(_F64)
+    return a.astype(_F32)
+
+
+def _expand(p: np.ndarray, shape: tuple[int, ...], axis: int, block: int, what: str) -> np.ndarray:
+    """Scale or zero point ``p`` laid out to broadcast against data of ``shape``."""
+    p = np.asarray(p)
+    if p.size == 1 and (p.ndim <= 1 or block <= 0):
+        return p.reshape(())
+    rank = len(shape)
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} is out of range for data of rank {rank}")
+    axis %= rank
+    dim = shape[axis]
+    if block > 0:
+        want = shape[:axis] + (-(-dim // block),) + shape[axis + 1 :]
+        if p.shape != want:
+            raise ValueError(
+                f"{what} has shape {list(p.shape)}; blocked quantization of shape {list(shape)} "
+                f"with block_size={block} on axis {axis} needs {list(want)}"
+            )
+        return np.repeat(p, block, axis=axis)[(slice(None),) * axis + (slice(0, dim),)]
+    if p.ndim != 1 or p.shape[0] != dim:
+        raise ValueError(
+            f"{what} has shape {list(p.shape)}; per-axis quantization on axis {axis} of "
+            f"shape {list(shape)} needs a 1-D tensor of {dim} values"
+        )
+    return p.reshape((dim,) + (1,) * (rank - axis - 1))
+
+
+def _saturate(v: np.ndarray, out: np.dtype[Any], saturate: bool = True) -> np.ndarray:
+    """Values ``v`` (divided by the scale, zero point added) as ``out``.
+
+    Integer targets take ``v`` already rounded (half to even) and clip it to the type's
+    range; float targets are an ml_dtypes cast, clamped to +-max first for float8 when
+    ``saturate`` (NaN stays NaN).
+    """
+    if _is_int(out):
+        lo, hi = _int_range(out)
+        r = np.clip(v, lo, hi)
+        return r.astype(out) if out not in _SUB_BYTE_INTS else r.astype(np.int32).astype(out)
+    if saturate and out in _FLOAT8:
+        limit = float(ml_dtypes.finfo(out).max)
+        v = np.clip(v, -limit, limit)
+    return np.asarray(v).astype(out)
+
+
+def _divide(x: np.ndarray, scale: np.ndarray, precision: np.dtype[Any]) -> np.ndarray:
+    """``x / scale`` computed in ``precision`` (bfloat16: in float32, rounded to bfloat16)."""
+    if precision in (np.dtype(np.float16), _F64):
+        return x.astype(precision) / scale.astype(precision)
+    q = _as_float(x).astype(_F32, copy=False) / _as_float(scale).astype(_F32, copy=False)
+    if precision == _BF16:
+        q = q.astype(_BF16).astype(_F32)
+    return q
+
+
+def quantize(
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray | None,
+    out: np.dtype[Any],
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    saturate: bool = True,
+    precision: np.dtype[Any] | None = None,
+) -> np.ndarray:
+    """``saturate(round(x / scale) + zero_point)`` as ``out``."""
+    shape = tuple(x.shape)
+    s = _expand(scale, shape, axis, block_size, "the scale")
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = _divide(x, s, np.dtype(precision or s.dtype))
+        if _is_int(out):
+            # Round in the division's precision, then add the zero point in float32 at
+            # least: exact for every value that can land inside a <= 16-bit range.
+            q = np.rint(q)
+            if q.dtype.itemsize < 4:
+                q = q.astype(_F32)
+        if zero_point is not None:
+            z = _expand(zero_point, shape, axis, block_size, "the zero point")
+            q = q + _as_float(z).astype(q.dtype if q.dtype.itemsize >= 4 else _F32)
+        return _saturate(q, out, saturate)
+
+
+def dequantize(
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray | None,
+    out: np.dtype[Any],
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+) -> np.ndarray:
+    """``(x - zero_point) * scale`` as ``out``, computed in float32."""
+    shape = tuple(x.shape)
+    if _is_int(x.dtype) and x.dtype.itemsize >= 4:  # int32: subtract exactly, then round
+        d = x.astype(np.int64)
+        if zero_point is not None:
+            z = _expand(zero_point, shape, axis, block_size, "the zero point")
+            d = d - z.astype(np.int64)
+        d = d.astype(_F32)
+    else:  # <= 16-bit ints and small floats: exact in float32
+        d = x.astype(_F32)
+        if zero_point is not None:
+            z = _expand(zero_point, shape, axis, block_size, "the zero point")
+            d -= z.astype(_F32)
+    s = _as_float(_expand(scale, shape, axis, block_size, "the scale"))
+    return np.asarray((d * s).astype(out, copy=False))
+
+
+class _LinearQuantBase(Kernel):
+    """Attributes shared by QuantizeLinear and DequantizeLinear."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.axis = int(info.attr("axis", 1))
+        self.block_size = int(info.attr("block_size", 0)) if info.since_version >= 21 else 0
+        if self.block_size < 0:
+            raise InvalidGraph(f"{_node(info)}: block_size={self.block_size} must be >= 0")
+        code = int(info.attr("output_dtype", 0)) if info.since_version >= 21 else 0
+        self.output_dtype = _elem_dtype(info, code, "output_dtype") if code else None
+
+
+@registry.register("QuantizeLinear", since=(10, 13, 19, 21, 23, 24, 25, 28))
+class QuantizeLinear(_LinearQuantBase):
+    """``y = saturate(round_half_even(x / y_scale) + y_zero_point)``; per-tensor, per-axis or
+    blocked; integer, float8, float6 and float4 outputs."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        if self.output_dtype is not None and self.output_dtype.kind == "f":
+            raise InvalidGraph(
+                f"{_node(info)}: output_dtype {self.output_dtype} is not a quantized type"
+            )
+        self.saturate = bool(info.attr("saturate", 1)) if info.since_version >= 19 else True
+        code = int(info.attr("precision", 0)) if info.since_version >= 23 else 0
+        self.precision = _elem_dtype(info, code, "precision") if code else None
+
+    def compute(self, x, y_scale, y_zero_point=None):
+        out = self.output_dtype
+        if y_zero_point is not None:
+            zdt = np.asarray(y_zero_point).dtype
+            if out is not None and out != zdt:
+                raise ValueError(f"y_zero_point is {zdt} but output_dtype is {out}")
+            out = zdt
+        out = np.dtype(np.uint8) if out is None else out
+        y = quantize(
+            np.asarray(x),
+            np.asarray(y_scale),
+            y_zero_point,
+            out,
+            axis=self.axis,
+            block_size=self.block_size,
+            saturate=self.saturate,
+            precision=self.precision,
+        )
+        return (y,)
+
+
+@registry.register("DequantizeLinear", since=(10, 13, 19, 21, 23, 24, 25, 28))
+class DequantizeLinear(_LinearQuantBase):
+    """``y = (x - x_zero_point) * x_scale``; per-tensor, per-axis or blocked; the output is
+    ``output_dtype`` or the scale's type."""
+
+    def compute(self, x, x_scale, x_zero_point=None):
+        x = np.asarray(x)
+        x_scale = np.asarray(x_scale)
+        out = self.output_dtype
+        if out is None:
+            out = x_scale.dtype if x_scale.dtype.kind == "f" or x_scale.dtype == _BF16 else _F32
+        if x_zero_point is not None and np.asarray(x_zero_point).dtype != x.dtype:
+            raise ValueError(
+                f"x_zero_point is {np.asarray(x_zero_point).dtype}, x is {x.dtype}; they must match"
+            )
+        y = dequantize(x, x_scale, x_zero_point, out, axis=self.axis, block_size=self.block_size)
+        return (y,)
+
+
+@registry.register("DynamicQuantizeLinear", since=11)
+class DynamicQuantizeLinear(Kernel):
+    """uint8 quantization of ``x`` with a scale and zero point from its range (with 0)."""
+
+    def compute(self, x):
+        xf = np.asarray(x, dtype=_F32)
+        lo = min(0.0, float(xf.min())) if xf.size else 0.0
+        hi = max(0.0, float(xf.max())) if xf.size else 0.0
+        scale = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255))
+        if scale == 0:  # all zeros: scale 1 like onnxruntime (0 would break a requantize)
+            return (
+                np.zeros(xf.shape, np.uint8),
+                np.asarray(1.0, dtype=_F32),
+                np.asarray(0, dtype=np.uint8),
+            )
+        zp = np.uint8(np.clip(np.rint(np.float32(0) - np.float32(lo) / scale), 0, 255))
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = np.clip(np.rint(xf / scale) + np.float32(zp), 0, 255).astype(np.uint8)
+        return y, np.asarray(scale, dtype=_F32), np.asarray(zp, dtype=np.uint8)
+
+
+def _acc_dtype(a: np.ndarray, b: np.ndarray, k: int) -> np.dtype[Any]:
+    """float32 when sums of ``k`` products of centered 8-bit ints stay below 2**24 (every
+    partial sum exact, in any order), else float64."""
+    small = all(_is_int(t.dtype) and t.dtype.itemsize == 1 for t in (a, b))
+    return _F32 if small and k * 255 * 255 < 1 << 24 else _F64
+
+
+def _centered(v: np.ndarray, zp: np.ndarray | None, dtype: np.dtype[Any]) -> np.ndarray:
+    """``v - zp`` in ``dtype`` (exact for 8-bit ints and float8 values)."""
+    d = np.asarray(v).astype(dtype)
+    if zp is not None:
+        d -= np.asarray(zp).astype(dtype)
+    return d
+
+
+def _requantize(acc: np.ndarray, real_scale: np.ndarray, y_scale, y_zero_point) -> np.ndarray:
+    """Integer accumulator ``acc`` (float64) times ``real_scale`` quantized with y's params."""
+    y_zero_point = np.asarray(y_zero_point)
+    ys = _as_float(np.asarray(y_scale)).astype(_F32)
+    if ys.size != 1:
+        raise ValueError(f"y_scale must be a scalar (per-tensor), got shape {list(ys.shape)}")
+    real = (acc * real_scale).astype(_F32)  # dequantized output, float32 like the scales
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = real / ys.reshape(())
+        if _is_int(y_zero_point.dtype):
+            q = np.rint(q).astype(_F64)
+        q = q + _as_float(y_zero_point.reshape(())).astype(q.dtype)
+        return _saturate(q, y_zero_point.dtype)
+
+
+@registry.register("QLinearMatMul", since=(10, 21))
+class QLinearMatMul(Kernel):
+    """Quantized numpy-style matmul: per-tensor, per-row (a) or per-column (b) parameters."""
+
+    def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+        a = np.asarray(a)
+        b = np.asarray(b)
+
+        def row_param(p):  # a's per-row parameters: [M] → [M, 1]; N-D ones broadcast
+            p = np.asarray(p)
+            return p.reshape(-1, 1) if p.ndim == 1 and p.size > 1 else p
+
+        dt = _acc_dtype(a, b, a.shape[-1] if a.ndim else 1)
+        acc = np.matmul(
+            _centered(a, None if a_zero_point is None else row_param(a_zero_point), dt),
+            _centered(b, b_zero_point, dt),
+        )
+        real_scale = _as_float(row_param(a_scale)).astype(_F32) * _as_float(
+            np.asarray(b_scale)
+        ).astype(_F32)
+        return (_requantize(acc, real_scale.astype(_F64), y_scale, y_zero_point),)
+
+
+@registry.register("QLinearConv", since=10)
+class QLinearConv(Kernel):
+    """Quantized N-d convolution (per-tensor x and y, per-tensor or per-channel w) with an
+    optional int32 bias; accumulates exactly in float64 with the float Conv's im2col."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.group = int(info.attr("group", 1))
+        if self.group < 1:
+            raise InvalidGraph(f"{_node(info)}: group={self.group} must be >= 1")
+        self.attrs = read_spatial_attrs(info)
+
+    def compute(
+        self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias=None
+    ):
+        x = np.asarray(x)
+        w = np.asarray(w)
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise ValueError(
+                f"X must have rank >= 3 and W the same rank; got {list(x.shape)}, {list(w.shape)}"
+            )
+        m = w.shape[0]
+        if m % self.group:
+            raise ValueError(f"W has {m} output channels, not divisible by group={self.group}")
+        kernel = tuple(int(k) for k in w.shape[2:])
+        if self.attrs.kernel_shape is not None and self.attrs.kernel_shape != kernel:
+            raise ValueError(
+                f"kernel_shape {list(self.attrs.kernel_shape)} does not match W's {list(kernel)}"
+            )
+        nsp = x.ndim - 2
+        k, s, d, pb, pe = self.attrs.resolve(nsp, kernel)
+        win = window(x.shape[2:], k, s, d, pb, pe, self.attrs.auto_pad)
+        if x_zero_point is not None and np.size(x_zero_point) != 1:
+            raise ValueError("x_zero_point must be a scalar (per-tensor)")
+        per_channel = (1,) * nsp
+        wz = None if w_zero_point is None else np.asarray(w_zero_point)
+        if wz is not None and wz.size != 1:
+            wz = wz.reshape((m, 1) + per_channel)
+        dt = _acc_dtype(x, w, w[0].size)
+        xc = _centered(x, x_zero_point, dt)  # padding with 0 is padding with x's zero point
+        wp = _centered(w, wz, dt).reshape(self.group, m // self.group, -1)
+        acc = conv_forward(xc, wp, k, s, d, win).astype(_F64, copy=False)
+        if bias is not None:
+            acc = acc + np.asarray(bias).astype(_F64).reshape((m,) + per_channel)
+        ws = _as_float(np.asarray(w_scale)).astype(_F32)
+        ws = ws.reshape(()) if ws.size == 1 else ws.reshape((m,) + per_channel)
+        real_scale = _as_float(np.asarray(x_scale)).astype(_F32).reshape(()) * ws
+        return (_requantize(acc, real_scale.astype(_F64), y_scale, y_zero_point),)
