@@ -58,3 +58,27 @@ def test_model_local_functions_are_inlined():
         None, {"x": np.array([-1.0, 0.5, 2.0], np.float32)}
     )
     np.testing.assert_allclose(y, [0.0, 1.0, 4.0])
+
+
+def test_gradient_node_runs_as_its_backward_graph():
+    """ai.onnx.preview.training::Gradient becomes ordinary nodes before partitioning."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["a", "w"], ["m"], name="mm"),
+            helper.make_node("Tanh", ["m"], ["t"], name="tanh"),
+            helper.make_node("Mul", ["t", "a2"], ["y"], name="mul"),
+            helper.make_node("Gradient", ["a", "w"], ["da", "dw"], name="grad",
+                             domain="ai.onnx.preview.training", xs=["a", "w"], y="y"),
+        ],
+        "g",
+        [tensor("a", [2, 3]), tensor("w", [3, 2]), tensor("a2", [2, 2])],
+        [tensor("y", [2, 2]), tensor("da", [2, 3]), tensor("dw", [3, 2])],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.preview.training", 1)])
+    rng = np.random.default_rng(0)
+    a, w, a2 = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (3, 2), (2, 2)))
+    y, da, dw = ort.InferenceSession(model.SerializeToString()).run(None, {"a": a, "w": w, "a2": a2})
+    g = a2 * (1 - np.tanh(a @ w) ** 2)  # dy/dm for a seed of ones
+    np.testing.assert_allclose(da, g @ w.T, rtol=1e-5)
+    np.testing.assert_allclose(dw, a.T @ g, rtol=1e-5)

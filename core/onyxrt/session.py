@@ -36,6 +36,7 @@ from .errors import (
     ProviderUnavailable,
 )
 from .functions import expand_nodes, inline_local_functions
+from .gradient import expand_gradients
 from .graph import Graph
 from .iobinding import IOBinding
 from .kernels import ValueType
@@ -174,6 +175,7 @@ class InferenceSession:
         loaded = load_model(source)
         loaded.proto = inline_local_functions(loaded.proto)
         check_model(loaded)
+        loaded.proto = expand_gradients(loaded.proto)
         proto = loaded.proto
         opts = self._sess_options
         if opts._free_dims_by_name or opts._free_dims_by_denotation:

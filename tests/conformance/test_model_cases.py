@@ -7,17 +7,8 @@ import pytest
 
 from onyxrt.testing.conformance import check_model_dir, wheel_model_dirs
 
-# Expected failures, each with its reason.
-EXCLUDED = {
-    "test_gradient_of_add": (
-        "ai.onnx.preview.training::Gradient needs automatic differentiation of the graph, "
-        "which onyxrt does not implement"
-    ),
-    "test_gradient_of_add_and_mul": (
-        "ai.onnx.preview.training::Gradient needs automatic differentiation of the graph, "
-        "which onyxrt does not implement"
-    ),
-}
+# Expected failures, each with its reason (none at onnx 1.23).
+EXCLUDED: dict[str, str] = {}
 
 
 def _param(folder):
