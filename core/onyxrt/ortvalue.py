@@ -24,6 +24,22 @@ _device_providers: dict[tuple[str, int], ExecutionProvider] = {}
 _device_lock = threading.Lock()
 
 
+def _dlpack_provider(kind: int, device_id: int) -> ExecutionProvider:
+    from .discovery import catalog
+
+    cat = catalog()
+    for name in cat.available():
+        cls = cat.provider_class(name)
+        if cls.dlpack_device_type == kind:
+            provider = resolve_device_provider(cls.device_names[0] if cls.device_names else name, device_id)
+            if provider is not None:
+                return provider
+    raise ProviderUnavailable(
+        f"no usable provider takes DLPack device type {kind} (device {device_id}); "
+        "install and check the matching GPU provider (onyxrt providers)"
+    )
+
+
 def forget_device_providers() -> None:
     """Drop the provider instances made for device names (see :func:`reset_catalog`)."""
     with _device_lock:
@@ -102,11 +118,17 @@ class OrtValue:
 
     @staticmethod
     def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
-        """Wrap an object exporting ``__dlpack__`` (a CPU tensor: no copy)."""
-        arr = np.from_dlpack(data)
-        if is_bool_tensor and arr.dtype != np.bool_:
-            arr = arr.view(np.bool_) if arr.dtype.itemsize == 1 else arr.astype(np.bool_)
-        return OrtValue(arr)
+        """Wrap an object exporting ``__dlpack__`` without copying: a CPU tensor as a numpy
+        array, a device tensor (a CuPy array, a CUDA torch tensor) through the provider
+        whose DLPack device type matches."""
+        kind, device_id = data.__dlpack_device__() if hasattr(data, "__dlpack_device__") else (1, 0)
+        if int(kind) in (1, 3):  # kDLCPU, kDLCUDAHost: host memory
+            arr = np.from_dlpack(data)
+            if is_bool_tensor and arr.dtype != np.bool_:
+                arr = arr.view(np.bool_) if arr.dtype.itemsize == 1 else arr.astype(np.bool_)
+            return OrtValue(arr)
+        provider = _dlpack_provider(int(kind), int(device_id))
+        return OrtValue(provider.from_dlpack(data), provider)
 
     # -- inspection --------------------------------------------------------------------
     @property
@@ -186,6 +208,15 @@ class OrtValue:
     def __dlpack_device__(self) -> Any:
         """DLPack device tuple of the underlying value."""
         return self._value.__dlpack_device__()
+
+    @property
+    def __cuda_array_interface__(self) -> Any:
+        """The device value's CUDA array interface (CuPy, Numba, torch read it without a
+        copy); absent for host values and devices that have none."""
+        try:
+            return self._value.__cuda_array_interface__
+        except AttributeError:
+            raise AttributeError("this OrtValue has no __cuda_array_interface__") from None
 
     def to_dlpack(self) -> Any:
         """A DLPack capsule (onnxruntime's spelling)."""

@@ -181,6 +181,8 @@ class ExecutionProvider(abc.ABC):
     #: Device names users pass to ``OrtValue``/``IOBinding`` for this provider's memory
     #: (e.g. ``("cuda",)``); the provider's device type ("gpu", "npu") always works too.
     device_names: ClassVar[tuple[str, ...]] = ()
+    #: The DLPack device type of this provider's memory (2 CUDA, 10 ROCm), if it has one.
+    dlpack_device_type: ClassVar[int | None] = None
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = (
@@ -255,6 +257,11 @@ class ExecutionProvider(abc.ABC):
         """Give cached device memory back; return the bytes released."""
         alloc = self.allocator()
         return alloc.release_cached() if alloc is not None else 0
+
+    def from_dlpack(self, obj: Any) -> Any:
+        """Adopt a DLPack tensor living on this provider's device, without a copy
+        (``OrtValue.from_dlpack``). Providers whose devices DLPack cannot name keep this."""
+        raise NotImplementedError(f"{self.name} does not take DLPack tensors")
 
     def describe(self, value: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
         """Shape and dtype of a tensor value living on this provider's device."""

@@ -19,4 +19,5 @@ class CUDAExecutionProvider(GPUExecutionProvider):
     vendor_id: ClassVar[int] = 0x10DE
     build: ClassVar[str] = CUDA
     memory_prefix: ClassVar[str] = "cuda"
+    dlpack_device_type: ClassVar[int | None] = 2  # kDLCUDA
     device_names: ClassVar[tuple[str, ...]] = ("cuda", "gpu")

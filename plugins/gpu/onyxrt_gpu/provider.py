@@ -163,6 +163,11 @@ class GPUExecutionProvider(KernelRegistryProvider):
         """The device arena (``gpu_mem_limit``, extend strategy, statistics)."""
         return self.arena
 
+    def from_dlpack(self, obj: Any) -> Any:
+        """A CuPy array over the DLPack tensor's memory (no copy)."""
+        with self.cupy.cuda.Device(self.device_id):
+            return self.cupy.from_dlpack(obj)
+
     def describe(self, value: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
         """Shape and dtype of a CuPy array."""
         return tuple(value.shape), np.dtype(value.dtype)

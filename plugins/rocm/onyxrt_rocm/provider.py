@@ -19,4 +19,5 @@ class ROCMExecutionProvider(GPUExecutionProvider):
     vendor_id: ClassVar[int] = 0x1002
     build: ClassVar[str] = HIP
     memory_prefix: ClassVar[str] = "rocm"
+    dlpack_device_type: ClassVar[int | None] = 10  # kDLROCM
     device_names: ClassVar[tuple[str, ...]] = ("rocm", "gpu")

@@ -169,6 +169,19 @@ class GPUProviderTests:
         expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
         assert _max_rel(out.numpy(), expected) < 1e-4
 
+    def test_dlpack_in_and_out_without_copies(self, sim: Any) -> None:
+        import sys
+
+        cupy = sys.modules["cupy"]
+        device = cupy.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+        copies = (sim.h2d, sim.d2h)
+        value = ort.OrtValue.from_dlpack(device)
+        assert value.device_name() == ("rocm" if self.hip else "cuda")
+        assert value.shape() == [2, 3] and (sim.h2d, sim.d2h) == copies  # adopted in place
+        back = cupy.from_dlpack(value)
+        assert back.data.ptr == device.data.ptr and (sim.h2d, sim.d2h) == copies
+        np.testing.assert_array_equal(value.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3))
+
     # -- memory ------------------------------------------------------------------------------
     def test_gpu_mem_limit_is_enforced_and_memory_returns_to_baseline(self, sim: Any) -> None:
         from onyxrt.errors import OutOfMemory
