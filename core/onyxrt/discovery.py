@@ -264,8 +264,11 @@ class ProviderCatalog:
 
     def suggest(self, name: str) -> str:
         """' Did you mean X?' for a misspelt provider name, or ''."""
-        close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.85)
-        return f" Did you mean {close[0]!r}?" if close else ""
+        # The shared "ExecutionProvider" suffix makes every pair of names look alike
+        # (Foo... against CPU... scores 0.85), so only near-identical names are suggested.
+        names = {n.lower(): n for n in self.names()}
+        close = difflib.get_close_matches(name.lower(), list(names), n=1, cutoff=0.9)
+        return f" Did you mean {names[close[0]]!r}?" if close else ""
 
     def devices(self, name: str) -> list[Device]:
         """Devices of a usable provider, from an instance with default options."""

@@ -1,0 +1,299 @@
+"""The ``onyxrt`` command-line tool, run as ``python -m onyxrt`` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import onyxrt as ort
+from onyxrt.discovery import catalog
+from onyxrt.testing import models
+
+SIMNPU = "SimNPUExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+needs_simnpu = pytest.mark.skipif(
+    SIMNPU not in catalog().available(), reason="onyxrt-simnpu is not installed or not usable"
+)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ONYXRT_CLI_TRACEBACK"}
+    return subprocess.run([sys.executable, "-m", "onyxrt", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def cnn_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("cli") / "tiny_cnn.onnx"
+    onnx.save(models.tiny_cnn(), str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def resnet_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("cli") / "resnet.onnx"
+    onnx.save(models.resnet(depth_blocks=(1, 1), width=8, image=32), str(path))
+    return str(path)
+
+
+def assert_no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+# --------------------------------------------------------------------------- providers
+
+
+def test_providers_text_lists_every_installed_provider() -> None:
+    proc = cli("providers")
+    assert proc.returncode == 0, proc.stderr
+    cat = catalog()
+    for name in cat.names():
+        assert name in proc.stdout
+        status = cat.status(name)
+        if not status.usable:
+            assert status.reason in proc.stdout
+            assert status.fix in proc.stdout
+    assert "state: usable" in proc.stdout
+    assert "device: cpu:0" in proc.stdout
+
+
+def test_providers_json_matches_catalog() -> None:
+    proc = cli("providers", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    cat = catalog()
+    assert [p["name"] for p in data["providers"]] == cat.names()
+    for entry in data["providers"]:
+        status = cat.status(entry["name"])
+        assert entry["state"] == status.state
+        assert entry["package"] == status.package
+        assert entry["protocol_version"] == status.protocol_version
+        if status.usable:
+            assert entry["devices"], entry
+    cpu = next(p for p in data["providers"] if p["name"] == CPU)
+    assert cpu["devices"][0]["virtual"] is False
+    assert data["plugin_failures"] == [
+        {"entry_point": f.entry_point, "package": f.package, "error": f.error}
+        for f in cat.failures
+    ]
+
+
+@needs_simnpu
+def test_providers_flags_virtual_devices() -> None:
+    data = json.loads(cli("providers", "--format", "json").stdout)
+    npu = next(p for p in data["providers"] if p["name"] == SIMNPU)
+    assert npu["devices"][0]["virtual"] is True
+    assert "[virtual]" in cli("providers").stdout
+
+
+def test_doctor_shows_probe_details_and_fixes() -> None:
+    proc = cli("doctor")
+    assert proc.returncode == 0, proc.stderr
+    cat = catalog()
+    assert f"onyxrt {ort.__version__}" in proc.stdout
+    for name in cat.names():
+        status = cat.status(name)
+        assert name in proc.stdout
+        for key, value in status.details.items():
+            assert f"{key}: {value}" in proc.stdout
+        if not status.usable and status.fix:
+            assert f"fix: {status.fix}" in proc.stdout
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def test_explain_text_is_the_placement_report(cnn_path: str) -> None:
+    proc = cli("explain", cnn_path)
+    assert proc.returncode == 0, proc.stderr
+    sess = ort.InferenceSession(cnn_path, providers=[CPU])
+    assert proc.stdout.strip() == str(sess.placement).strip()
+
+
+@needs_simnpu
+def test_explain_json_equals_session_placement(resnet_path: str) -> None:
+    proc = cli("explain", resnet_path, "--providers", f"{SIMNPU},{CPU}", "--dim", "batch=1",
+               "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    so = ort.SessionOptions()
+    so.add_free_dimension_override_by_name("batch", 1)
+    sess = ort.InferenceSession(resnet_path, so, providers=[SIMNPU, CPU])
+    expected = json.loads(json.dumps(sess.placement.to_dict()))
+    got = json.loads(proc.stdout)
+    assert got == expected
+    assert got["groups"] and got["copies"]
+    assert all(c["nbytes"] is not None for c in got["copies"])  # batch fixed: sizes known
+
+
+@needs_simnpu
+def test_explain_html_is_self_contained(cnn_path: str, tmp_path: Path) -> None:
+    out = tmp_path / "placement.html"
+    proc = cli("explain", cnn_path, "--providers", f"{SIMNPU},{CPU}", "--format", "html",
+               "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<svg" in page and SIMNPU in page
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    sess = ort.InferenceSession(cnn_path, providers=[SIMNPU, CPU])
+    for node in sess.placement.nodes:
+        assert node.node in page
+
+
+def test_explain_with_provider_option(cnn_path: str) -> None:
+    proc = cli("explain", cnn_path, "--option", "CPUExecutionProvider.nonexistent_key=1")
+    assert proc.returncode == 2
+    assert "nonexistent_key" in proc.stderr
+    assert_no_traceback(proc)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_missing_model_file_exits_2(tmp_path: Path) -> None:
+    for command in ("explain", "run", "bench"):
+        proc = cli(command, str(tmp_path / "missing.onnx"))
+        assert proc.returncode == 2, (command, proc.stderr)
+        assert "model file not found" in proc.stderr
+        assert_no_traceback(proc)
+
+
+def test_invalid_model_file_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    proc = cli("run", str(bad))
+    assert proc.returncode == 2
+    assert "InvalidModel" in proc.stderr
+    assert_no_traceback(proc)
+
+
+def test_unknown_provider_exits_2(cnn_path: str) -> None:
+    proc = cli("explain", cnn_path, "--providers", "NoSuchExecutionProvider,CPUExecutionProvider")
+    assert proc.returncode == 2
+    assert "NoSuchExecutionProvider" in proc.stderr and "not installed" in proc.stderr
+    assert_no_traceback(proc)
+
+
+def test_bad_arguments_exit_2(cnn_path: str) -> None:
+    assert cli().returncode == 2
+    assert cli("run", cnn_path, "--dim", "batch").returncode == 2
+    assert cli("run", cnn_path, "--option", "nodot=1").returncode == 2
+    proc = cli("explain", cnn_path, "--option", f"{SIMNPU}.precision=fp32")
+    assert proc.returncode == 2 and "not in the provider list" in proc.stderr
+
+
+# --------------------------------------------------------------------------- run
+
+
+def test_run_random_inputs_and_save(cnn_path: str, tmp_path: Path) -> None:
+    proc = cli("run", cnn_path, "--dim", "batch=3", "--save", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "probabilities: float32 (3, 10) mean=" in proc.stdout
+    saved = np.load(tmp_path / "out" / "probabilities.npy")
+    assert saved.shape == (3, 10)
+    np.testing.assert_allclose(saved.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_run_with_given_input(cnn_path: str, tmp_path: Path) -> None:
+    x = np.random.default_rng(1).standard_normal((2, 1, 28, 28)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    proc = cli("run", cnn_path, "--input", f"input={tmp_path / 'x.npy'}", "--save",
+               str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    expected = ort.InferenceSession(cnn_path).run(None, {"input": x})[0]
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "probabilities.npy"), expected)
+
+
+def test_run_bad_input_exits_2(cnn_path: str, tmp_path: Path) -> None:
+    proc = cli("run", cnn_path, "--input", f"nope={tmp_path / 'x.npy'}")
+    assert proc.returncode == 2 and "no input 'nope'" in proc.stderr
+    proc = cli("run", cnn_path, "--input", f"input={tmp_path / 'missing.npy'}")
+    assert proc.returncode == 2 and "cannot read" in proc.stderr
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 5, 5), np.float32))
+    proc = cli("run", cnn_path, "--input", f"input={tmp_path / 'wrong.npy'}")
+    assert proc.returncode == 2 and "InvalidInput" in proc.stderr
+    assert_no_traceback(proc)
+
+
+def test_run_int64_inputs_get_small_non_negative_values(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["out"], name="gather")],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 4])],
+        [onnx.numpy_helper.from_array(table, "table")],
+    )
+    path = tmp_path / "gather.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    proc = cli("run", str(path), "--dim", "n=5")
+    assert proc.returncode == 0, proc.stderr
+    assert "out: float32 (5, 4)" in proc.stdout
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def test_bench_json(resnet_path: str) -> None:
+    proc = cli("bench", resnet_path, "--runs", "5", "--warmup", "1", "--dim", "batch=1",
+               "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    lat = data["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"]
+    assert data["throughput_per_s"] > 0
+    ops = [o["op"] for o in data["top_ops"]]
+    assert "Conv" in ops
+    assert sum(o["share"] for o in data["top_ops"]) == pytest.approx(1.0, abs=1e-2)
+
+
+def test_bench_text(cnn_path: str) -> None:
+    proc = cli("bench", cnn_path, "--runs", "3", "--warmup", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "latency ms: p50" in proc.stdout and "throughput:" in proc.stdout
+    assert "top operators by time" in proc.stdout and "Conv" in proc.stdout
+
+
+# --------------------------------------------------------------------------- parity
+
+
+def test_parity_same_provider_passes(cnn_path: str) -> None:
+    proc = cli("parity", cnn_path, "--providers", CPU, "--vs", CPU, "--rtol", "0", "--atol", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "max abs diff 0.000e+00" in proc.stdout and "parity ok" in proc.stdout
+
+
+@needs_simnpu
+def test_parity_fp16_npu_fails_tight_tolerance(cnn_path: str) -> None:
+    proc = cli("parity", cnn_path, "--providers", f"{SIMNPU},{CPU}", "--vs", CPU,
+               "--option", f"{SIMNPU}.precision=fp16", "--dim", "batch=1",
+               "--rtol", "1e-7", "--atol", "0")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"A: {SIMNPU}" in proc.stdout
+    assert "FAIL" in proc.stdout and "max rel diff" in proc.stdout
+
+
+@needs_simnpu
+def test_parity_fp16_npu_passes_generous_tolerance(cnn_path: str) -> None:
+    proc = cli("parity", cnn_path, "--providers", f"{SIMNPU},{CPU}", "--vs", CPU,
+               "--option", f"{SIMNPU}.precision=fp16", "--dim", "batch=1",
+               "--rtol", "5e-2", "--atol", "1e-3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"A: {SIMNPU}" in proc.stdout and "parity ok" in proc.stdout
+
+
+def test_parity_unknown_provider_exits_2(cnn_path: str) -> None:
+    proc = cli("parity", cnn_path, "--providers", "NoSuchExecutionProvider", "--vs", CPU)
+    assert proc.returncode == 2
+    assert "NoSuchExecutionProvider" in proc.stderr
+    assert_no_traceback(proc)
