@@ -22,7 +22,14 @@ from .iobinding import IOBinding
 from .logs import set_default_logger_severity
 from .ortvalue import OrtValue
 from .placement import PlacementReport
-from .session import InferenceSession, ModelMetadata, NodeArg, ProviderFallbackWarning
+from .profiling import ProfileSummary
+from .session import (
+    InferenceSession,
+    ModelMetadata,
+    NodeArg,
+    PlacementWarning,
+    ProviderFallbackWarning,
+)
 from .session_options import (
     ExecutionMode,
     ExecutionOrder,
@@ -44,6 +51,8 @@ __all__ = [
     "OrtValue",
     "PlacementReport",
     "ProviderFallbackWarning",
+    "PlacementWarning",
+    "ProfileSummary",
     "GraphOptimizationLevel",
     "ExecutionMode",
     "ExecutionOrder",

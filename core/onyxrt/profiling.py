@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from .dtypes import onnx_elem_type, type_string
 
-__all__ = ["Profiler"]
+__all__ = ["Profiler", "ProfileSummary"]
 
 
 Described = tuple[tuple[int, ...], np.dtype[Any]] | None
@@ -54,6 +55,37 @@ def _type_shape(described: Sequence[Described]) -> list[dict[str, list[int]]]:
 
 def _nbytes(described: Sequence[Described]) -> int:
     return sum(int(np.prod(d[0], dtype=np.int64)) * d[1].itemsize for d in described if d is not None)
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """Where the time of the profiled runs went (microseconds, summed over runs).
+
+    ``per_provider`` and ``per_op_type`` count kernel time (node and fused steps);
+    ``copy_us`` the copies between memory spaces; ``device_us`` the device time providers
+    report (a simulated NPU's cost model).
+    """
+
+    runs: int
+    run_us: float
+    per_provider: dict[str, float]
+    per_op_type: dict[str, float]
+    copy_us: float
+    device_us: float
+
+    def top_ops(self, n: int = 5) -> list[tuple[str, float]]:
+        """The ``n`` op types that took the most time."""
+        return sorted(self.per_op_type.items(), key=lambda kv: -kv[1])[:n]
+
+    def __str__(self) -> str:
+        per_run = self.run_us / max(self.runs, 1)
+        providers = ", ".join(f"{p} {t / 1e3:.2f} ms" for p, t in self.per_provider.items())
+        top = ", ".join(f"{op} {t / 1e3:.2f} ms" for op, t in self.top_ops())
+        text = (f"{self.runs} run(s), {per_run / 1e3:.2f} ms per run; by provider: {providers}; "
+                f"copies {self.copy_us / 1e3:.2f} ms; top ops: {top}")
+        if self.device_us:
+            text += f"; simulated device time {self.device_us / 1e3:.2f} ms"
+        return text
 
 
 class Profiler:
@@ -127,6 +159,27 @@ class Profiler:
             })
         with self._lock:
             self.events.extend(recorded)
+
+    def summary(self) -> ProfileSummary:
+        """Totals of the events recorded so far."""
+        with self._lock:
+            events = list(self.events)
+        runs = [e for e in events if e["cat"] == "Session" and e["name"] == "model_run"]
+        per_provider: dict[str, float] = {}
+        per_op: dict[str, float] = {}
+        copy_us = device_us = 0.0
+        for e in events:
+            if e["cat"] != "Node":
+                continue
+            args = e["args"]
+            device_us += float(args.get("device_time_us", 0.0))
+            if args.get("kind") == "copy":
+                copy_us += e["dur"]
+                continue
+            per_provider[args["provider"]] = per_provider.get(args["provider"], 0.0) + e["dur"]
+            per_op[args["op_name"]] = per_op.get(args["op_name"], 0.0) + e["dur"]
+        return ProfileSummary(len(runs), sum(e["dur"] for e in runs), per_provider, per_op,
+                              copy_us, device_us)
 
     def end(self) -> str:
         """Write the trace to ``<prefix>_<timestamp>.json`` and return the file name."""

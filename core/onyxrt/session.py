@@ -48,10 +48,12 @@ from .ortvalue import OrtValue, resolve_device_provider
 from .partitioner import Partitioner
 from .placement import FallbackRecord, PlacementReport
 from .plan import ExecutionPlan, PlanContext, _Profile, build_plan
-from .profiling import Profiler
+from .profiling import Profiler, ProfileSummary
 from .protocol import ExecutionProvider
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
+    MAX_COPIES_KEY,
+    MAX_PARTITIONS_KEY,
     PIN_NODES_KEY,
     STRICT_PROVIDERS_KEY,
     ExecutionMode,
@@ -61,7 +63,7 @@ from .session_options import (
     policy_device_order,
 )
 
-__all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning"]
+__all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning", "PlacementWarning"]
 
 #: Where users can get the providers this project ships, for "not installed" messages.
 _KNOWN_PACKAGES = {
@@ -78,6 +80,10 @@ _MAX_EXPANSION_ROUNDS = 4
 
 class ProviderFallbackWarning(UserWarning):
     """A requested provider could not be used; the session runs without it."""
+
+
+class PlacementWarning(UserWarning):
+    """The placement has more partitions or copies than the session config allows."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,7 @@ class InferenceSession:
                     f"provider: {on_cpu[:10]}. See session.placement refusals for why the other "
                     "providers declined them."
                 )
+        self._check_placement_limits(placement)
         self._providers = instances
         self._requested = requested
         self._plan: ExecutionPlan = plan
@@ -263,6 +270,31 @@ class InferenceSession:
                 self._model = expanded_model
                 self._graph = self._graph_from(expanded_model)
         return build_plan(self._graph, ctx)
+
+    def _check_placement_limits(self, placement: PlacementReport) -> None:
+        """Warn (or, in strict mode, fail) when the placement has more partitions or copies
+        per run than the session config allows (USER_PAINS #4: partition thrash)."""
+        entries = self._sess_options.config_entries()
+        problems = []
+        for key, actual, what in (
+            (MAX_PARTITIONS_KEY, placement.partitions, "partitions"),
+            (MAX_COPIES_KEY, len(placement.copies_per_run), "copies per run"),
+        ):
+            if key in entries:
+                try:
+                    limit = int(entries[key])
+                except ValueError:
+                    raise InvalidArgument(f"session config {key} must be an integer, got {entries[key]!r}") from None
+                if actual > limit:
+                    problems.append(f"{actual} {what} exceed {key}={limit}")
+        if not problems:
+            return
+        message = ("the placement " + "; ".join(problems) + ". See session.placement (or "
+                   "`onyxrt explain`) for where the graph is split; pin nodes or raise "
+                   "min_subgraph_size to merge partitions.")
+        if self._sess_options.config_flag(STRICT_PROVIDERS_KEY):
+            raise PartitionError(message + f" (strict mode: {STRICT_PROVIDERS_KEY}=1)")
+        warnings.warn(message, PlacementWarning, stacklevel=5)
 
     def _requested_providers(
         self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None
@@ -608,6 +640,16 @@ class InferenceSession:
     def release_cached_memory(self) -> int:
         """Give every provider's cached memory back; return the bytes released."""
         return sum(p.release_cached_memory() for p in self._providers)
+
+    def profile_summary(self) -> ProfileSummary:
+        """Time per provider, per op type, copy time and device time of the runs profiled
+        so far (needs ``SessionOptions.enable_profiling``)."""
+        if not self._profiler.enabled:
+            raise InvalidArgument(
+                "profile_summary() needs profiling: set SessionOptions.enable_profiling = True "
+                "(and call it before end_profiling())"
+            )
+        return self._profiler.summary()
 
     def end_profiling(self) -> str:
         """Stop profiling and write the trace; return its file name ('' if not profiling)."""

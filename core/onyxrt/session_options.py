@@ -9,6 +9,8 @@ Session config entries onyxrt understands (``add_session_config_entry``):
   on the CPU provider (onnxruntime's key).
 * ``session.pin_nodes`` = ``"node_or_op=Provider;..."`` — run the named nodes (or every
   node of an op type) on a given provider.
+* ``session.max_partitions`` / ``session.max_copies_per_run`` = ``"N"`` — warn
+  (``PlacementWarning``; an error in strict mode) when the placement exceeds them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ __all__ = [
     "STRICT_PROVIDERS_KEY",
     "DISABLE_CPU_FALLBACK_KEY",
     "PIN_NODES_KEY",
+    "MAX_PARTITIONS_KEY",
+    "MAX_COPIES_KEY",
     "OrtExecutionProviderDevicePolicy",
     "policy_device_order",
 ]
@@ -35,6 +39,8 @@ __all__ = [
 STRICT_PROVIDERS_KEY = "session.strict_providers"
 DISABLE_CPU_FALLBACK_KEY = "session.disable_cpu_ep_fallback"
 PIN_NODES_KEY = "session.pin_nodes"
+MAX_PARTITIONS_KEY = "session.max_partitions"
+MAX_COPIES_KEY = "session.max_copies_per_run"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
