@@ -38,15 +38,20 @@ def real_cupy() -> Callable[[str, Any], Any]:
     """
     python = os.environ.get("ONYXRT_REAL_CUPY_PYTHON") or sys.executable
     check = subprocess.run(
-        [python, "-c", "import importlib.util, sys; "
-         "sys.exit(0 if importlib.util.find_spec('cupy') else 3)"],
+        [python, "-c", "import importlib.util, sys\n"
+         "if not importlib.util.find_spec('cupy'): sys.exit(3)\n"
+         "import cupy"],
         capture_output=True, text=True, timeout=120,
     )
-    if check.returncode != 0:
+    if check.returncode == 3:
         pytest.skip(
             f"real CuPy is not installed for {python} (pip install cupy-cuda12x, or set "
             "ONYXRT_REAL_CUPY_PYTHON to an interpreter that has it)"
         )
+    if check.returncode != 0:  # e.g. the HIP build without the ROCm runtime libraries
+        errors = [line.strip() for line in check.stderr.splitlines() if "Error" in line]
+        last = errors[-1] if errors else "?"
+        pytest.skip(f"real CuPy is installed for {python} but cannot be imported: {last}")
 
     def probe(script: str, payload: Any) -> Any:
         proc = subprocess.run(
