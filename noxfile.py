@@ -183,4 +183,5 @@ def bench(session: nox.Session) -> None:
     """Benchmarks side by side with onnxruntime (see benchmarks/)."""
     _install_project(session, _installable_plugins())
     session.install(*TEST_REQUIREMENTS)
-    session.run("python", "benchmarks/dispatch_overhead.py", *session.posargs)
+    session.run("python", "benchmarks/dispatch_overhead.py")
+    session.run("python", "benchmarks/run.py", *session.posargs)
