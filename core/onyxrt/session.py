@@ -208,11 +208,7 @@ class InferenceSession:
         }
 
     def _graph_from(self, proto: onnx.ModelProto) -> Graph:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-        except Exception as exc:  # shape inference is an aid; the model may still run
-            self._logger.info("shape inference failed (%s); continuing without it", exc)
-            inferred = proto
+        inferred = _infer_shapes(proto, self._logger)
         self._types = {
             vi.name: vi.type for vi in [*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info]
         }
@@ -671,6 +667,36 @@ class InferenceSession:
     def _sync_providers(self) -> None:
         for p in self._providers:
             p.sync()
+
+
+#: Initializers larger than this lend only their shape to shape inference, not their bytes.
+_INFERENCE_BYTES = 4096
+
+
+def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
+    """Shape inference without serializing the weights: onnx's inference copies the whole
+    model into C++ and back, which dominates session creation for large models. Big
+    initializers' bytes are set aside (their dims and types stay; data propagation only
+    needs small constants) and put back afterwards."""
+    stash = []
+    for tensor in proto.graph.initializer:
+        if len(tensor.raw_data) > _INFERENCE_BYTES:
+            stash.append((tensor, tensor.raw_data))
+            tensor.ClearField("raw_data")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:  # shape inference is an aid; the model may still run
+        logger.info("shape inference failed (%s); continuing without it", exc)
+        inferred = None
+    finally:
+        for tensor, data in stash:
+            tensor.raw_data = data
+    if inferred is None:
+        return proto
+    # The inferred copy lacks the big weights: take its types, keep our initializers.
+    del inferred.graph.initializer[:]
+    inferred.graph.initializer.extend(proto.graph.initializer)
+    return inferred
 
 
 def _sentence(text: str) -> str:
