@@ -8,7 +8,7 @@ the object but must not mutate it; :class:`GraphView` is the documented surface)
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -316,7 +316,3 @@ def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node
         )
     return nodes
 
-
-def node_names(nodes: Sequence[Node]) -> list[str]:
-    """Names of ``nodes`` (for messages)."""
-    return [n.name for n in nodes]

@@ -204,7 +204,8 @@ def _make_group(graph: Graph, provider: str, members: tuple[Node, ...], n: int) 
     )
 
 
-def _successor_units(graph: Graph, node: Node, unit_of: Mapping[str, int]) -> list[str]:
+def _consumers(graph: Graph, node: Node) -> list[str]:
+    """Names of the nodes reading any output of ``node``."""
     return [c.name for o in node.outputs if o for c in graph.consumers.get(o, ())]
 
 
@@ -214,7 +215,7 @@ def _would_cycle(
     """Whether a path leaves the new group and comes back into it (contracted units
     count as single vertices, so cycles through earlier groups are found too)."""
     by_name = {n.name: n for n in graph.nodes}
-    frontier = [c for name in names for c in _successor_units(graph, by_name[name], unit_of) if c not in names]
+    frontier = [c for name in names for c in _consumers(graph, by_name[name]) if c not in names]
     seen: set[str] = set()
     while frontier:
         name = frontier.pop()
@@ -225,7 +226,7 @@ def _would_cycle(
         members = [m.name for m in units[unit_of[name]].nodes] if name in unit_of else [name]
         for m in members:
             seen.add(m)
-            for c in _successor_units(graph, by_name[m], unit_of):
+            for c in _consumers(graph, by_name[m]):
                 if c in names:
                     return True
                 if c not in seen:

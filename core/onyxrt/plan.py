@@ -306,7 +306,7 @@ class PlanContext:
     fallbacks: tuple[Any, ...] = ()
 
 
-def build_plan(graph: Graph, ctx: PlanContext, *, outputs_on_host: bool = True) -> ExecutionPlan:
+def build_plan(graph: Graph, ctx: PlanContext) -> ExecutionPlan:
     """Partition ``graph`` and build its plan: kernels, slots, copies, releases."""
     partition = ctx.partitioner.partition(graph)
     builder = _PlanBuilder(graph, partition, ctx)

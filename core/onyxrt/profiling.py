@@ -95,7 +95,6 @@ class Profiler:
         self.prefix = prefix or "onyxrt_profile"
         self.enabled = enabled
         self.start_ns = time.perf_counter_ns()
-        self._wall_start_ns = time.time_ns()
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.pid = os.getpid()

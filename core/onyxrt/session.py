@@ -242,7 +242,6 @@ class InferenceSession:
                 )
         self._check_placement_limits(placement)
         self._providers = instances
-        self._requested = requested
         self._plan: ExecutionPlan = plan
         self._run_lock = (
             threading.Lock() if not all(p.supports_concurrent_runs() for p in instances) else None
@@ -529,14 +528,7 @@ class InferenceSession:
                 f"input {name!r}: unexpected data type {type_string(_code(dtype))} on "
                 f"{value.device_name()}, expected {type_string(_code(check.dtype))}"
             )
-        if check.shape is not None and (
-            len(shape) != len(check.shape)
-            or any(isinstance(w, int) and g != w for g, w in zip(shape, check.shape))
-        ):
-            raise InvalidInput(
-                f"input {name!r}: shape {list(shape)} on {value.device_name()} contradicts the "
-                f"model's {list(check.shape)}"
-            )
+        _check_shape(check, tuple(shape), f" (on {value.device_name()})")
 
     def _check_feeds(
         self, input_feed: Mapping[str, Any], also_given: Mapping[str, Any] | None = None
@@ -730,20 +722,26 @@ def _check_feed(check: _InputCheck, value: Any) -> Any:
                 f"expected {type_string(_code(expected))}. Convert it with .astype({_np_name(expected)})."
             )
         value = value.astype(object)
-    shape = check.shape
-    if shape is not None:
-        if value.ndim != len(shape):
-            raise InvalidInput(
-                f"input {check.name!r}: invalid rank {value.ndim} (shape {list(value.shape)}), "
-                f"expected rank {len(shape)} (shape {list(shape)})"
-            )
-        for axis, (got, want) in enumerate(zip(value.shape, shape)):
-            if isinstance(want, int) and got != want:
-                raise InvalidInput(
-                    f"input {check.name!r}: dimension {axis} is {got}, but the model fixes it to "
-                    f"{want} (got shape {list(value.shape)}, expected {list(shape)})"
-                )
+    _check_shape(check, value.shape)
     return value
+
+
+def _check_shape(check: _InputCheck, got: tuple[int, ...], where: str = "") -> None:
+    """A feed's rank and fixed dims must match the model's declaration (host or device)."""
+    shape = check.shape
+    if shape is None:
+        return
+    if len(got) != len(shape):
+        raise InvalidInput(
+            f"input {check.name!r}{where}: invalid rank {len(got)} (shape {list(got)}), "
+            f"expected rank {len(shape)} (shape {list(shape)})"
+        )
+    for axis, (dim, want) in enumerate(zip(got, shape)):
+        if isinstance(want, int) and dim != want:
+            raise InvalidInput(
+                f"input {check.name!r}{where}: dimension {axis} is {dim}, but the model fixes it "
+                f"to {want} (got shape {list(got)}, expected {list(shape)})"
+            )
 
 
 def _check_preallocated(name: str, target: OrtValue, value: Any) -> None:
