@@ -29,7 +29,7 @@ from onnx import TensorProto, numpy_helper
 
 from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.errors import InvalidGraph
-from onyxrt_cpu.kernels._special import erf
+from onyxrt_cpu.kernels._special import erf, erf_float32
 from onyxrt_cpu.kernels.elementwise import cast_array
 
 OPS = [
@@ -112,6 +112,32 @@ def test_erf_special_values():
     got = erf(np.array([[np.nan, np.inf], [-np.inf, -0.0]]))
     assert np.isnan(got[0, 0]) and got[0, 1] == 1.0 and got[1, 0] == -1.0
     assert got[1, 1] == 0.0 and math.copysign(1.0, got[1, 1]) == -1.0
+
+
+def test_float32_erf_within_three_ulps():
+    # The float32 path (Erf and Gelu on float32) runs in float32 without masks; over a dense
+    # grid and down to the smallest normals it stays within 3 ulps of the float64 erf.
+    x = np.concatenate([np.linspace(-6, 6, 600_001), np.geomspace(1e-38, 6, 100_000)])
+    x = x.astype(np.float32)
+    want = erf(x.astype(np.float64))
+    got = erf_float32(x)
+    assert got.dtype == np.float32
+    rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-38)
+    assert rel.max() < 3 * np.finfo(np.float32).eps
+    special = erf_float32(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32))
+    assert np.isnan(special[0]) and list(special[1:3]) == [1.0, -1.0]
+    assert special[3] == 0.0 and math.copysign(1.0, special[3]) == -1.0
+
+
+@pytest.mark.parametrize("exponent", [0.5, 1.0, 2.0, 3.0, 2.5])
+def test_pow_constant_exponent_fast_paths(exponent):
+    # Constant exponents 0.5/1/2/3 use sqrt or multiplication; the result is within an ulp
+    # or two of numpy's pow (onnxruntime special-cases the same exponents).
+    x = np.abs(_randn((4, 50), seed=8, scale=3.0)) + 0.1
+    y = np.array(exponent, np.float32)
+    got = ours("Pow", [x, y], 15, constants=(1,))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, np.power(x.astype(np.float64), exponent), rtol=3e-7)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, BF16])

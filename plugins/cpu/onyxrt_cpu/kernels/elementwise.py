@@ -25,7 +25,7 @@ from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 
 from . import registry
-from ._special import erf
+from ._special import erf, erf_float32
 
 __all__ = ["legacy_align", "cast_array"]
 
@@ -218,12 +218,38 @@ def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return _out(np.power(x, y.astype(dt)), dt)
 
 
+def _square(x: np.ndarray) -> np.ndarray:
+    return x * x
+
+
+def _cube(x: np.ndarray) -> np.ndarray:
+    y = x * x
+    y *= x
+    return y
+
+
+# Constant float exponents computed by multiplication or sqrt: libm's powf costs ~10x more
+# per element (GPT-2's GELU cubes its input), and these forms are exact or within an ulp.
+_FAST_POWERS: dict[float, Callable[[np.ndarray], np.ndarray]] = {
+    1.0: np.copy, 2.0: _square, 3.0: _cube, 0.5: np.sqrt,
+}
+
+
 @registry.register("Pow", since=(1, 7, 12, 13, 15))
 class Pow(_LegacyBinary):
     """Z = X ** Y; the output has the base's type (the exponent may be another type)."""
 
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.fast: Callable[[np.ndarray], np.ndarray] | None = None
+        y = info.constant(1)
+        if isinstance(y, np.ndarray) and y.size == 1 and y.ndim == 0 and y.dtype.kind == "f":
+            self.fast = _FAST_POWERS.get(float(y))
+
     def compute(self, x, y):
         x = np.asarray(x)
+        if self.fast is not None and x.dtype.kind == "f" and x.dtype in _NATIVE_FLOATS:
+            return (self.fast(x),)
         y = self._align(x, np.asarray(y))
         dt = x.dtype
         if dt.kind in "iu":
@@ -325,7 +351,8 @@ Atanh = _unary("Atanh", (9, 22), np.arctanh, False, "Y = atanh(X).")
 
 @registry.register("Erf", since=(9, 13))
 class Erf(Kernel):
-    """Y = erf(X), computed in float64 and rounded to the input type.
+    """Y = erf(X): float32 in float32 (:func:`erf_float32`, a few ulps), narrower types in
+    float64 and rounded to the input type.
 
     float64 inputs go through ``math.erf`` element by element: the vectorized erf is
     ~1e-14 accurate, which is well below an ulp of every narrower type but up to a few
@@ -339,6 +366,8 @@ class Erf(Kernel):
         dt = x.dtype
         if dt == np.float64:
             return (np.asarray(self._exact(x), dtype=np.float64).reshape(x.shape),)
+        if dt == np.float32:
+            return (erf_float32(x),)
         return (_out(erf(x.astype(np.float64)), dt),)
 
 
