@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import math
 import os
 import threading
 import time
@@ -42,14 +43,14 @@ from .iobinding import IOBinding
 from .kernels import ValueType
 from .loader import LoadedModel, check_model, load_model
 from .logs import session_logger
-from .optimizer import optimize
+from .optimizer import FusionContext, optimize
 from .options import format_option_value
 from .ortvalue import OrtValue, resolve_device_provider
 from .partitioner import Partitioner
 from .placement import FallbackRecord, PlacementReport
 from .plan import ExecutionPlan, PlanContext, _Profile, build_plan
 from .profiling import Profiler, ProfileSummary
-from .protocol import ExecutionProvider
+from .protocol import ExecutionProvider, KernelRegistryProvider
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
     MAX_COPIES_KEY,
@@ -165,18 +166,29 @@ class InferenceSession:
             workers = opts.inter_op_num_threads or min(4, os.cpu_count() or 1)
             self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onyxrt-inter-op")
             weakref.finalize(self, self._pool.shutdown, wait=False)
+        # Kept (a reference, like onnxruntime's session keeps its bytes) so that
+        # set_providers can optimize the original graph again for other providers.
+        self._source = path_or_bytes
+        self._create(providers, provider_options)
+
+    # -- creation --------------------------------------------------------------------
+    def _create(
+        self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None
+    ) -> None:
+        """Load → instantiate providers → optimize for them → partition and plan."""
+        requested = self._requested_providers(providers, provider_options)
+        instances, fallbacks = self._instantiate(requested)
         t0 = time.perf_counter()
-        self._loaded = self._load(path_or_bytes)
+        self._loaded = self._load(self._source)
         t1 = time.perf_counter()
         self._profiler.session_event(
             "model_loading_uri" if self._loaded.path else "model_loading_array", t0, t1
         )
-        self._graph = self._prepare_graph()
+        self._graph = self._prepare_graph(instances)
         self._inputs_check = self._build_input_checks()
-        self._build(providers, provider_options)
+        self._build(requested, instances, fallbacks)
         self._profiler.session_event("session_initialization", t1, time.perf_counter())
 
-    # -- creation --------------------------------------------------------------------
     def _load(self, source: Any) -> LoadedModel:
         loaded = load_model(source)
         loaded.proto = inline_local_functions(loaded.proto)
@@ -190,13 +202,19 @@ class InferenceSession:
             _replace_initializer(proto.graph, name, value)
         return loaded
 
-    def _prepare_graph(self) -> Graph:
-        proto = optimize(self._loaded.proto, self._sess_options.graph_optimization_level)
+    def _prepare_graph(self, providers: Sequence[ExecutionProvider]) -> Graph:
+        proto = self._loaded.proto
+        self._declared_from(proto)
+        proto = optimize(
+            proto,
+            self._sess_options.graph_optimization_level,
+            lambda m: _infer_shapes(m, self._logger),
+            FusionContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, proto)),
+        )
         if self._sess_options.optimized_model_filepath:
             onnx.save_model(proto, self._sess_options.optimized_model_filepath)
         self._model = proto
-        self._declared_from(proto)
-        return self._graph_from(proto)
+        return self._graph_from(proto, inferred=True)
 
     def _declared_from(self, proto: onnx.ModelProto) -> None:
         # What the model declares for its inputs and outputs, before shape inference adds
@@ -207,20 +225,24 @@ class InferenceSession:
             if vi.HasField("type")
         }
 
-    def _graph_from(self, proto: onnx.ModelProto) -> Graph:
-        inferred = _infer_shapes(proto, self._logger)
+    def _graph_from(self, proto: onnx.ModelProto, inferred: bool = False) -> Graph:
+        if not inferred:
+            proto = _infer_shapes(proto, self._logger)
         self._types = {
-            vi.name: vi.type for vi in [*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info]
+            vi.name: vi.type for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
         }
         opsets = {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in proto.opset_import}
         try:
-            return Graph.from_proto(inferred.graph, opsets)
+            return Graph.from_proto(proto.graph, opsets)
         except InvalidModel as exc:  # name the file in structural errors too
             raise type(exc)(f"{self._loaded.origin}: {exc}") from None
 
-    def _build(self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None) -> None:
-        requested = self._requested_providers(providers, provider_options)
-        instances, fallbacks = self._instantiate(requested)
+    def _build(
+        self,
+        requested: list[tuple[str, dict[str, Any]]],
+        instances: list[ExecutionProvider],
+        fallbacks: list[FallbackRecord],
+    ) -> None:
         opts = self._sess_options
         ctx = PlanContext(
             providers=instances,
@@ -598,8 +620,16 @@ class InferenceSession:
         providers: Sequence[Any] | None = None,
         provider_options: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        """Rebuild the session's placement and plan with a new provider list."""
-        self._build(providers, provider_options)
+        """Rebuild the session for a new provider list: the original model is optimized
+        again for those providers, then partitioned and planned. On failure the session
+        keeps its previous configuration."""
+        previous = dict(self.__dict__)
+        try:
+            self._create(providers, provider_options)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(previous)
+            raise
 
     def get_session_options(self) -> SessionOptions:
         """The options the session was created with."""
@@ -665,30 +695,72 @@ class InferenceSession:
 _INFERENCE_BYTES = 4096
 
 
+def _all_can_run(
+    providers: Sequence[ExecutionProvider], domain: str, op_type: str, model: onnx.ModelProto
+) -> bool:
+    """Whether every provider has a kernel for ``domain::op_type`` at the model's opset
+    for that domain (the optimizer's question before producing a fused operator)."""
+    from .optimizer import FUSED_DOMAIN_VERSION
+
+    opsets = {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in model.opset_import}
+    version = opsets.get(domain, FUSED_DOMAIN_VERSION if domain else 0)
+    for provider in providers:
+        if not isinstance(provider, KernelRegistryProvider):
+            return False
+        kdef, _ = provider.registry.lookup(domain, op_type, version)
+        if kdef is None:
+            return False
+    return True
+
+
 def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
-    """Shape inference without serializing the weights: onnx's inference copies the whole
-    model into C++ and back, which dominates session creation for large models. Big
-    initializers' bytes are set aside (their dims and types stay; data propagation only
-    needs small constants) and put back afterwards."""
-    stash = []
-    for tensor in proto.graph.initializer:
-        if len(tensor.raw_data) > _INFERENCE_BYTES:
-            stash.append((tensor, tensor.raw_data))
-            tensor.ClearField("raw_data")
+    """Run onnx's shape inference and record its findings in ``proto`` (in place).
+
+    onnx's inference copies the whole model into C++ and back, which would dominate session
+    creation for large models; it runs on a skeleton instead: the same nodes, inputs and
+    outputs, with big initializers reduced to their names, types and dims (data
+    propagation only needs small constants). The inferred ``value_info`` and output types
+    are then copied into ``proto``, whose weights are never copied."""
+    skeleton = onnx.ModelProto()
+    _skeleton_into(skeleton, proto)
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:  # shape inference is an aid; the model may still run
         logger.info("shape inference failed (%s); continuing without it", exc)
-        inferred = None
-    finally:
-        for tensor, data in stash:
-            tensor.raw_data = data
-    if inferred is None:
         return proto
-    # The inferred copy lacks the big weights: take its types, keep our initializers.
-    del inferred.graph.initializer[:]
-    inferred.graph.initializer.extend(proto.graph.initializer)
-    return inferred
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(inferred.graph.value_info)
+    for declared, found in zip(proto.graph.output, inferred.graph.output, strict=True):
+        declared.type.CopyFrom(found.type)
+    return proto
+
+
+def _skeleton_into(skeleton: onnx.ModelProto, proto: onnx.ModelProto) -> None:
+    """Copy ``proto`` into ``skeleton`` except the bytes of initializers over
+    ``_INFERENCE_BYTES``, which keep only name, type and dims."""
+    graph = proto.graph
+    for field, value in proto.ListFields():
+        if field.name == "graph":
+            continue
+        if hasattr(value, "extend"):  # repeated fields
+            getattr(skeleton, field.name).extend(value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(skeleton, field.name).CopyFrom(value)
+        else:
+            setattr(skeleton, field.name, value)
+    sk = skeleton.graph
+    sk.name = graph.name
+    sk.node.extend(graph.node)
+    sk.input.extend(graph.input)
+    sk.output.extend(graph.output)
+    sk.value_info.extend(graph.value_info)
+    sk.sparse_initializer.extend(graph.sparse_initializer)
+    for tensor in graph.initializer:
+        # By element count: measuring the bytes would make upb serialize the tensor.
+        if math.prod(tensor.dims) * 4 > _INFERENCE_BYTES:
+            sk.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        else:
+            sk.initializer.append(tensor)
 
 
 def _sentence(text: str) -> str:

@@ -16,6 +16,7 @@ from . import (  # noqa: E402,F401
     conv,
     detection,
     elementwise,
+    fused,
     generator,
     image,
     indexing,

@@ -1,0 +1,103 @@
+"""The graph optimizer: passes applied before partitioning, by ``graph_optimization_level``.
+
+Levels follow onnxruntime's:
+
+========================  ==================================================================
+``ORT_DISABLE_ALL``       nothing (shape inference still runs)
+``ORT_ENABLE_BASIC``      Constant nodes → initializers, Identity/Dropout removal, constant
+                          folding (incl. Shape of static shapes), Cast folding, Conv +
+                          BatchNormalization folding, dead-node elimination — standard ONNX
+                          in, standard ONNX out
+``ORT_ENABLE_EXTENDED``   fusions: Conv [+ residual Add] + activation → FusedConv;
+                          [Transpose →] MatMul [→ scale] [→ bias] → Gemm / FusedMatMul;
+                          layer normalization and GELU patterns → LayerNormalization, Gelu
+``ORT_ENABLE_LAYOUT``     no further passes: onnxruntime's layout level converts to NCHWc for
+                          its own kernels; numpy's BLAS gains nothing from it
+``ORT_ENABLE_ALL``        everything above (the default)
+========================  ==================================================================
+
+Every pass takes an ``onnx.ModelProto`` and returns it (edited in place) with outputs
+unchanged up to float rounding; each has an equivalence test in ``tests/test_optimizer.py``.
+Structural passes run first, then shape inference (the session's, which keeps big weights
+out of the copy), then the type-aware passes and fusions, which read the inferred types.
+Fused operators outside standard ONNX are produced only when every provider of the session
+can run them (:class:`FusionContext`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx
+
+from ..session_options import GraphOptimizationLevel
+from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fold_constant_nodes
+from .constant_folding import fold_constants
+from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation
+from .matmul_fusions import fuse_matmul
+from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, FusionContext
+from .transformer_fusions import fuse_gelu, fuse_layer_norm
+
+__all__ = [
+    "optimize", "Pass", "PASSES", "STRUCTURAL_PASSES", "FusionContext", "FUSED_DOMAIN",
+    "FUSED_DOMAIN_VERSION",
+]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One optimization: its name (for logs and tests), level, and function."""
+
+    name: str
+    level: GraphOptimizationLevel
+    run: Callable[[onnx.ModelProto, FusionContext], onnx.ModelProto]
+
+
+def _plain(fn: Callable[[onnx.ModelProto], onnx.ModelProto]) -> Callable[[onnx.ModelProto, FusionContext], onnx.ModelProto]:
+    return lambda model, ctx: fn(model)
+
+
+BASIC = GraphOptimizationLevel.ORT_ENABLE_BASIC
+EXTENDED = GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+
+# Before shape inference: passes that need no types (and make inference cheaper).
+STRUCTURAL_PASSES: tuple[Pass, ...] = (
+    Pass("fold_constant_nodes", BASIC, _plain(fold_constant_nodes)),
+    Pass("eliminate_identities", BASIC, _plain(eliminate_identities)),
+)
+
+# After shape inference, in order.
+PASSES: tuple[Pass, ...] = (
+    Pass("fold_constants", BASIC, _plain(fold_constants)),
+    Pass("fold_casts", BASIC, _plain(fold_casts)),
+    Pass("fold_batch_norm_into_conv", BASIC, _plain(fold_batch_norm_into_conv)),
+    Pass("fuse_layer_norm", EXTENDED, fuse_layer_norm),
+    Pass("fuse_gelu", EXTENDED, fuse_gelu),
+    Pass("fuse_matmul", EXTENDED, fuse_matmul),
+    Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
+    Pass("eliminate_dead_nodes", BASIC, _plain(eliminate_dead_nodes)),
+)
+
+
+def optimize(
+    model: onnx.ModelProto,
+    level: GraphOptimizationLevel,
+    infer_shapes: Callable[[onnx.ModelProto], onnx.ModelProto],
+    ctx: FusionContext | None = None,
+) -> onnx.ModelProto:
+    """Apply every pass enabled at ``level``; returns the shape-inferred result.
+
+    ``infer_shapes`` runs once, between the structural passes and the others, whose
+    rewrites keep the inferred types of the values they keep (fused nodes write the
+    values their pattern's last node wrote).
+    """
+    ctx = ctx or FusionContext()
+    for p in STRUCTURAL_PASSES:
+        if level >= p.level:
+            model = p.run(model, ctx)
+    model = infer_shapes(model)
+    for p in PASSES:
+        if level >= p.level:
+            model = p.run(model, ctx)
+    return model

@@ -1,0 +1,141 @@
+"""Constant folding: nodes whose inputs are all constants are computed once, at session
+creation, and replaced by initializers holding their outputs.
+
+``Shape`` and ``Size`` of a value whose shape inference found fully static also fold,
+which lets the shape arithmetic exported models carry (Shape → Gather → Concat → Reshape)
+fold away. The folded nodes run through onyxrt itself — one CPU-only session over all of
+them, with the optimizer off — so folding computes exactly what running would.
+
+Outputs larger than :data:`MAX_FOLDED_BYTES` (by inferred shape; unknown shapes do not
+fold) stay as nodes: folding must not turn a small model into a huge one, nor let a
+crafted ``ConstantOfShape`` allocate gigabytes before the first run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import OnyxError
+from .rewrite import DEFAULT_DOMAINS, Rewrite
+
+__all__ = ["fold_constants", "MAX_FOLDED_BYTES"]
+
+MAX_FOLDED_BYTES = 16 << 20
+
+# Operators never folded: those whose outputs are not a function of their inputs, and
+# the quantization pair, whose QDQ groups around an operator tell providers that run
+# quantized arithmetic (the NPU's int8 mode) what to quantize — onnxruntime keeps them too.
+_NEVER_FOLDED = frozenset(
+    {
+        "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+        "Multinomial", "Bernoulli", "Dropout", "QuantizeLinear", "DequantizeLinear",
+    }
+)
+
+
+def _static_shape(rw: Rewrite, name: str) -> tuple[int, ...] | None:
+    shape = rw.shape(name)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(int(d) for d in shape)  # type: ignore[arg-type]
+
+
+def _fits(rw: Rewrite, name: str) -> bool:
+    """Whether output ``name`` has a known shape and type within the size cap."""
+    shape = _static_shape(rw, name)
+    dtype = rw.dtype(name)
+    if shape is None or dtype is None or dtype.kind == "O":
+        return False
+    return math.prod(shape) * dtype.itemsize <= MAX_FOLDED_BYTES
+
+
+def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Replace constant-input nodes (and Shape/Size of static shapes) by initializers."""
+    rw = Rewrite(model)
+    known: set[str] = set(rw.constants)
+    folded: list[onnx.NodeProto] = []
+    static: dict[str, np.ndarray] = {}  # Shape/Size outputs computed right here
+    for node in model.graph.node:
+        if node.domain not in DEFAULT_DOMAINS or node.op_type in _NEVER_FOLDED:
+            continue
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            continue
+        outputs = [o for o in node.output if o]
+        if not outputs or any(o in rw.graph_outputs for o in outputs):
+            continue  # a graph output keeps its producer (its name must come from a node)
+        if node.op_type in ("Shape", "Size") and node.input[0] not in known:
+            value = _shape_value(rw, node)
+            if value is not None:
+                static[outputs[0]] = value
+                known.add(outputs[0])
+                folded.append(node)
+            continue
+        if all(not i or i in known for i in node.input) and all(_fits(rw, o) for o in outputs):
+            folded.append(node)
+            known.update(outputs)
+    if not folded:
+        return model
+    try:
+        values = _evaluate(rw, folded, static)
+    except OnyxError:
+        # A node that cannot run now will fail the same way at run time, where the error
+        # names it in the user's graph; folding is only an optimization.
+        return model
+    # Only values something outside the folded set reads become initializers.
+    folded_ids = {id(n) for n in folded}
+    for node in folded:
+        rw.remove(node)
+        for out in node.output:
+            if not out:
+                continue
+            readers = [c for c in rw.consumers.get(out, []) if id(c) not in folded_ids]
+            if readers or out in rw.pinned:
+                tensor = onnx.numpy_helper.from_array(values[out], name=out)
+                rw.graph.initializer.append(tensor)
+    return rw.commit()
+
+
+def _shape_value(rw: Rewrite, node: onnx.NodeProto) -> np.ndarray | None:
+    shape = _static_shape(rw, node.input[0])
+    if shape is None:
+        return None
+    if node.op_type == "Size":
+        return np.array(math.prod(shape), dtype=np.int64)
+    start, end = 0, len(shape)
+    for attr in node.attribute:
+        if attr.name == "start":
+            start = int(attr.i)
+        elif attr.name == "end":
+            end = int(attr.i)
+    return np.array(shape[slice(start, end)], dtype=np.int64)
+
+
+def _evaluate(
+    rw: Rewrite, folded: list[onnx.NodeProto], static: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Run the folded nodes (except those computed statically) in one CPU session."""
+    from ..session import InferenceSession  # the session imports the optimizer
+    from ..session_options import GraphOptimizationLevel, SessionOptions
+
+    values = dict(static)
+    nodes = [n for n in folded if not all(o in static for o in n.output if o)]
+    if not nodes:
+        return values
+    produced = {o for n in nodes for o in n.output if o}
+    needed = {i for n in nodes for i in n.input if i and i not in produced}
+    initializers = [rw.initializers[n] for n in needed if n in rw.initializers]
+    initializers += [onnx.numpy_helper.from_array(static[n], name=n) for n in needed if n in static]
+    outputs = [helper.make_empty_tensor_value_info(o) for o in sorted(produced)]
+    graph = helper.make_graph(nodes, "constant_folding", [], outputs, initializers)
+    sub = helper.make_model(graph, opset_imports=list(rw.model.opset_import))
+    sub.ir_version = rw.model.ir_version
+    options = SessionOptions()
+    options.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in outputs]
+    values.update(zip(names, session.run(names, {}), strict=True))
+    return values

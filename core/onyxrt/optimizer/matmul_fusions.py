@@ -1,0 +1,105 @@
+"""Matrix-product fusions (extended level).
+
+``[Transpose →] MatMul [→ Mul/Div by a scalar] [→ Add(bias)]`` becomes one node:
+
+* ``Gemm(A, B, bias, alpha, transA, transB)`` when A and B are 2-D (standard ONNX);
+* ``ai.onyxrt::FusedMatMul(A, B, bias)`` with the same attributes otherwise (batched
+  operands, as in every transformer's linear layers and attention scores).
+
+Folding a Transpose that swaps the last two axes saves a copy (BLAS reads the transposed
+operand in place); folding the scale and the bias saves one pass over the product each.
+The bias must be a constant whose shape broadcasts along the last axis only.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from .rewrite import DEFAULT_DOMAINS, Rewrite
+from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, FusionContext
+
+__all__ = ["fuse_matmul"]
+
+
+def _swaps_last_two(node: onnx.NodeProto, rank: int | None) -> bool:
+    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+    if perm is None:
+        return rank == 2  # no perm reverses the axes: a swap for 2-D operands
+    n = len(perm)
+    return n >= 2 and perm == list(range(n - 2)) + [n - 1, n - 2]
+
+
+def _rank(rw: Rewrite, name: str) -> int | None:
+    shape = rw.shape(name)
+    return None if shape is None else len(shape)
+
+
+def _is_bias(rw: Rewrite, name: str, out_rank: int | None) -> bool:
+    """A constant that broadcasts along the last axis only (shape (N,) or (1, ..., 1, N))."""
+    value = rw.array(name)
+    if value is None or value.ndim == 0 or value.dtype.kind != "f":
+        return False
+    if out_rank is None or value.ndim > out_rank:
+        return False
+    return all(d == 1 for d in value.shape[:-1])
+
+
+def fuse_matmul(model: onnx.ModelProto, ctx: FusionContext) -> onnx.ModelProto:
+    """Fold transposes, a scalar scale and a bias into the matrix products they surround."""
+    rw = Rewrite(model)
+    fused_any = False
+    for mm in model.graph.node:
+        if mm.op_type != "MatMul" or mm.domain not in DEFAULT_DOMAINS or rw.is_removed(mm):
+            continue
+        dtype = rw.dtype(mm.output[0])
+        if dtype is None or dtype.kind != "f":
+            continue
+        pattern = [mm]
+        a, b = mm.input[0], mm.input[1]
+        trans = [0, 0]
+        operands = [a, b]
+        for i, name in enumerate((a, b)):
+            tr = rw.produced_by(name, "Transpose")
+            if tr is not None and rw.feeds_only(name, mm) and _swaps_last_two(tr, _rank(rw, tr.input[0])):
+                trans[i] = 1
+                operands[i] = tr.input[0]
+                pattern.append(tr)
+        out = mm.output[0]
+        alpha = 1.0
+        nxt = rw.sole_consumer(out)
+        if nxt is not None and nxt.op_type in ("Mul", "Div") and nxt.domain in DEFAULT_DOMAINS:
+            other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
+            value = rw.scalar(other)
+            if value is not None and (nxt.op_type == "Mul" or (other == nxt.input[1] and value != 0)):
+                alpha = value if nxt.op_type == "Mul" else 1.0 / value
+                pattern.append(nxt)
+                out = nxt.output[0]
+                nxt = rw.sole_consumer(out)
+        bias = ""
+        if nxt is not None and nxt.op_type == "Add" and nxt.domain in DEFAULT_DOMAINS:
+            other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
+            if _is_bias(rw, other, _rank(rw, out)) and rw.dtype(other) == dtype:
+                bias = other
+                pattern.append(nxt)
+                out = nxt.output[0]
+        if len(pattern) == 1 or not rw.claimable(pattern):
+            continue
+        inputs = [*operands, bias] if bias else operands
+        two_d = _rank(rw, operands[0]) == 2 and _rank(rw, operands[1]) == 2
+        if two_d and rw.opset() >= 11 and ctx.can_run("", "Gemm"):
+            node = helper.make_node("Gemm", inputs, [out], name=mm.name)
+        elif ctx.can_run(FUSED_DOMAIN, "FusedMatMul"):
+            node = helper.make_node("FusedMatMul", inputs, [out], name=mm.name, domain=FUSED_DOMAIN)
+            fused_any = True
+        else:
+            continue
+        node.attribute.extend([
+            helper.make_attribute("alpha", alpha),
+            helper.make_attribute("transA", trans[0]),
+            helper.make_attribute("transB", trans[1]),
+        ])
+        rw.replace(pattern, [node])
+    if fused_any:
+        rw.require_domain(FUSED_DOMAIN, FUSED_DOMAIN_VERSION)
+    return rw.commit()

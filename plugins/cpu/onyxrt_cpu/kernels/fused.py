@@ -1,0 +1,155 @@
+"""CPU kernels for the optimizer's fused operators (domain ``ai.onyxrt``, version 1).
+
+* ``FusedConv(X, W, B?, Z?)``: Conv's attributes plus ``activation`` (Relu, Sigmoid, Tanh,
+  LeakyRelu, HardSigmoid, Clip or "") and ``activation_params``; computes
+  ``act(conv(X, W) + B + Z)`` with the bias, residual and activation applied in place on
+  the convolution's fresh output buffer.
+* ``FusedMatMul(A, B, bias?)``: ``alpha * A' @ B' + bias`` with ``transA``/``transB``
+  swapping the last two axes; a batched A times a 2-D B runs as one GEMM.
+* ``Gelu`` and ``LayerNormalization``: the standard kernels, registered in the fused
+  domain for models whose opset predates them.
+
+See ``onyxrt.optimizer`` for the patterns that produce them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from onyxrt.errors import InvalidGraph
+from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
+
+from . import registry
+from ._spatial import compute_dtype
+from .activation import Gelu
+from .conv import Conv
+from .normalization import LayerNormalization
+
+__all__ = ["FusedConv", "FusedMatMul"]
+
+InPlace = Callable[[np.ndarray], None]
+
+
+def _relu(y: np.ndarray) -> None:
+    np.maximum(y, 0, out=y)
+
+
+def _sigmoid(y: np.ndarray) -> None:
+    with np.errstate(over="ignore"):  # exp(-y) -> inf gives 1/inf = 0, the right limit
+        np.negative(y, out=y)
+        np.exp(y, out=y)
+    y += 1
+    np.reciprocal(y, out=y)
+
+
+def _tanh(y: np.ndarray) -> None:
+    np.tanh(y, out=y)
+
+
+def _activation(info: KernelInfo) -> InPlace | None:
+    """The in-place activation named by the node's attributes."""
+    name = info.attr("activation", "") or ""
+    params = [float(v) for v in info.attr("activation_params", []) or []]
+    if name == "":
+        return None
+    if name == "Relu":
+        return _relu
+    if name == "Sigmoid":
+        return _sigmoid
+    if name == "Tanh":
+        return _tanh
+    if name == "LeakyRelu" and len(params) == 1:
+        alpha = params[0]
+
+        def leaky(y: np.ndarray) -> None:
+            np.multiply(y, y.dtype.type(alpha), out=y, where=y < 0)
+
+        return leaky
+    if name == "HardSigmoid" and len(params) == 2:
+        alpha, beta = params
+
+        def hard_sigmoid(y: np.ndarray) -> None:
+            y *= y.dtype.type(alpha)
+            y += y.dtype.type(beta)
+            np.clip(y, 0, 1, out=y)
+
+        return hard_sigmoid
+    if name == "Clip" and len(params) == 2:
+        lo, hi = params
+
+        def clip(y: np.ndarray) -> None:
+            # max then min, as Clip defines it (min > max gives max)
+            np.maximum(y, y.dtype.type(lo), out=y)
+            np.minimum(y, y.dtype.type(hi), out=y)
+
+        return clip
+    raise InvalidGraph(
+        f"node {info.node_name!r} (FusedConv): unsupported activation {name!r} with "
+        f"parameters {params}; expected Relu, Sigmoid, Tanh, LeakyRelu[alpha], "
+        "HardSigmoid[alpha, beta] or Clip[min, max]"
+    )
+
+
+@registry.register("FusedConv", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
+class FusedConv(Conv):
+    """Conv + bias + optional residual Z + optional activation, in place on one buffer."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.act = _activation(info)
+
+    def compute(self, x, w, b=None, z=None):
+        (y,) = super().compute(x, w, b)
+        if y.dtype != compute_dtype(y.dtype):  # float16/bfloat16: finish in float32
+            y = y.astype(np.float32)
+        if z is not None:
+            if z.shape != y.shape:
+                raise ValueError(f"residual Z has shape {z.shape}, the convolution gives {y.shape}")
+            y += z
+        if self.act is not None:
+            self.act(y)
+        return (y.astype(x.dtype, copy=False),)
+
+
+@registry.register("FusedMatMul", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
+class FusedMatMul(Kernel):
+    """Y = alpha * A' @ B' + bias; A'/B' swap their last two axes when transA/transB."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.alpha = float(info.attr("alpha", 1.0))
+        self.trans_a = bool(info.attr("transA", 0))
+        self.trans_b = bool(info.attr("transB", 0))
+
+    def compute(self, a, b, bias=None):
+        if a.ndim < 2 or b.ndim < 2:
+            raise ValueError(f"FusedMatMul operands must have rank >= 2, got {a.shape} and {b.shape}")
+        cdt = compute_dtype(a.dtype)
+        am = a.astype(cdt, copy=False)
+        bm = b.astype(cdt, copy=False)
+        if self.trans_a:
+            am = np.swapaxes(am, -1, -2)
+        if self.trans_b:
+            bm = np.swapaxes(bm, -1, -2)
+        if am.shape[-1] != bm.shape[-2]:
+            raise ValueError(f"A' {am.shape} and B' {bm.shape}: inner dimensions differ")
+        if bm.ndim == 2 and am.ndim > 2 and am.flags.c_contiguous:
+            # (..., M, K) @ (K, N) as one (prod(...) * M, K) GEMM instead of one per batch.
+            y = np.matmul(am.reshape(-1, am.shape[-1]), bm).reshape(am.shape[:-1] + (bm.shape[-1],))
+        else:
+            y = np.matmul(am, bm)
+        if self.alpha != 1.0:
+            y *= cdt.type(self.alpha)
+        if bias is not None:
+            y += bias.astype(cdt, copy=False)
+        return (y.astype(a.dtype, copy=False),)
+
+
+# The standard kernels, for models whose opset predates the operator.
+registry.register("Gelu", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)(Gelu)
+registry.register("LayerNormalization", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)(
+    LayerNormalization
+)

@@ -1,0 +1,350 @@
+"""The graph optimizer: every pass keeps outputs equal (equivalence tests), rewrites what it
+claims to, respects the optimization level and the session's providers, and writes the
+optimized model when asked."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from model_helpers import make_model, tensor
+from onnx import TensorProto, helper
+
+import onyxrt
+from onyxrt.optimizer import FUSED_DOMAIN, PASSES
+from onyxrt.testing import models
+
+LEVEL = onyxrt.GraphOptimizationLevel
+
+
+def _session(model: onnx.ModelProto, level=LEVEL.ORT_ENABLE_ALL, path: str = "", providers=None):
+    so = onyxrt.SessionOptions()
+    so.graph_optimization_level = level
+    if path:
+        so.optimized_model_filepath = path
+    return onyxrt.InferenceSession(
+        model.SerializeToString(), so, providers=providers or ["CPUExecutionProvider"]
+    )
+
+
+def _optimized_ops(model: onnx.ModelProto, tmp_path, level=LEVEL.ORT_ENABLE_ALL, providers=None) -> list[str]:
+    path = str(tmp_path / "optimized.onnx")
+    _session(model, level, path, providers)
+    return [n.op_type for n in onnx.load(path).graph.node]
+
+
+def _assert_equivalent(model: onnx.ModelProto, feeds: dict, rtol: float = 1e-5) -> None:
+    """Optimized and unoptimized sessions agree (and onnxruntime agrees with both)."""
+    plain = _session(model, LEVEL.ORT_DISABLE_ALL).run(None, feeds)
+    optimized = _session(model).run(None, feeds)
+    for p, o in zip(plain, optimized, strict=True):
+        assert p.shape == o.shape and p.dtype == o.dtype
+        np.testing.assert_allclose(o, p, rtol=rtol, atol=rtol * max(1.0, float(np.abs(p).max())))
+
+
+def _randn(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# -- clean-up passes ----------------------------------------------------------------------
+
+
+def test_constant_folding_folds_constant_subgraphs_and_static_shapes(tmp_path):
+    nodes = [
+        helper.make_node("Add", ["c1", "c2"], ["c3"], name="const_add"),
+        helper.make_node("Shape", ["x"], ["xs"], name="shape"),
+        helper.make_node("Reshape", ["x", "xs"], ["xr"], name="reshape"),
+        helper.make_node("Mul", ["xr", "c3"], ["y"], name="mul"),
+    ]
+    model = make_model(
+        nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])],
+        {"c1": np.ones(3, np.float32), "c2": np.full(3, 2.0, np.float32)},
+    )
+    assert _optimized_ops(model, tmp_path) == ["Reshape", "Mul"]
+    _assert_equivalent(model, {"x": _randn(2, 3)})
+
+
+def test_constant_folding_leaves_big_outputs_and_random_ops_alone(tmp_path):
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["big"], name="big"),
+        helper.make_node("ReduceSum", ["big"], ["s"], name="sum", keepdims=0),
+        helper.make_node("RandomUniform", [], ["r"], name="rand", shape=[1], dtype=1),
+        helper.make_node("Add", ["x", "s"], ["t"], name="add"),
+        helper.make_node("Add", ["t", "r"], ["y"], name="add_r"),
+    ]
+    # 8192 x 1024 float32 = 32 MiB: over the folding cap, so ConstantOfShape stays a node.
+    model = make_model(
+        nodes, [tensor("x", [1])], [tensor("y", [1])],
+        {"shape": np.array([8192, 1024], np.int64)},
+    )
+    ops = _optimized_ops(model, tmp_path)
+    assert "ConstantOfShape" in ops and "RandomUniform" in ops
+
+
+def test_identity_cast_and_dead_nodes_are_removed(tmp_path):
+    nodes = [
+        helper.make_node("Identity", ["x"], ["i"], name="identity"),
+        helper.make_node("Cast", ["i"], ["same"], name="cast_same", to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["same"], ["wide"], name="widen", to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["wide"], ["back"], name="narrow", to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["back"], ["y"], name="relu"),
+        helper.make_node("Neg", ["x"], ["unused"], name="dead"),
+    ]
+    model = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])])
+    assert _optimized_ops(model, tmp_path) == ["Relu"]
+    _assert_equivalent(model, {"x": _randn(4)})
+
+
+def test_lossy_cast_round_trip_is_kept(tmp_path):
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], name="to_half", to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["h"], ["y"], name="back", to=TensorProto.FLOAT),
+    ]
+    model = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])])
+    assert _optimized_ops(model, tmp_path) == ["Cast", "Cast"]
+    _assert_equivalent(model, {"x": np.array([1.0001, 2.5, -3.3333, 1e-8], np.float32)})
+
+
+def test_cyclic_graph_still_reports_the_cycle():
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="ping"),
+        helper.make_node("Add", ["a", "x"], ["b"], name="pong"),
+    ]
+    model = make_model(nodes, [tensor("x", [1])], [tensor("a", [1])])
+    with pytest.raises(onyxrt.errors.InvalidGraph):
+        _session(model)
+
+
+# -- convolution fusions ------------------------------------------------------------------
+
+
+def _conv_bn_model(activation: str | None, residual: bool, opset: int = 17) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    c_in, c_out = 3, 8
+    inits = {
+        "w": rng.standard_normal((c_out, c_in, 3, 3)).astype(np.float32),
+        "b": rng.standard_normal(c_out).astype(np.float32),
+        "scale": rng.uniform(0.5, 1.5, c_out).astype(np.float32),
+        "bias": rng.standard_normal(c_out).astype(np.float32),
+        "mean": rng.standard_normal(c_out).astype(np.float32),
+        "var": rng.uniform(0.5, 2.0, c_out).astype(np.float32),
+        "lo": np.array(0.0, np.float32),
+        "hi": np.array(6.0, np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], name="bn", epsilon=1e-3),
+    ]
+    out = "bn"
+    if residual:
+        nodes.append(helper.make_node("Add", ["bn", "z"], ["sum"], name="residual"))
+        out = "sum"
+    if activation == "Clip":
+        nodes.append(helper.make_node("Clip", [out, "lo", "hi"], ["y"], name="act"))
+    elif activation == "LeakyRelu":
+        nodes.append(helper.make_node("LeakyRelu", [out], ["y"], name="act", alpha=0.2))
+    elif activation == "HardSigmoid":
+        nodes.append(helper.make_node("HardSigmoid", [out], ["y"], name="act", alpha=0.3, beta=0.4))
+    elif activation:
+        nodes.append(helper.make_node(activation, [out], ["y"], name="act"))
+    else:
+        nodes.append(helper.make_node("Identity", [out], ["y"], name="out"))
+    inputs = [tensor("x", [2, c_in, 6, 6])] + ([tensor("z", [2, c_out, 6, 6])] if residual else [])
+    return make_model(nodes, inputs, [tensor("y", [2, c_out, 6, 6])], inits, opset=opset)
+
+
+def test_batch_norm_folds_into_conv_at_the_basic_level(tmp_path):
+    model = _conv_bn_model(None, residual=False)
+    assert _optimized_ops(model, tmp_path, LEVEL.ORT_ENABLE_BASIC) == ["Conv", "Identity"]
+    _assert_equivalent(model, {"x": _randn(2, 3, 6, 6)})
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_activation_and_residual_fuse(tmp_path, activation, residual):
+    model = _conv_bn_model(activation, residual)
+    assert _optimized_ops(model, tmp_path) == ["FusedConv"]
+    feeds = {"x": _randn(2, 3, 6, 6)}
+    if residual:
+        feeds["z"] = _randn(2, 8, 6, 6, seed=1)
+    _assert_equivalent(model, feeds)
+
+
+def test_extended_fusions_wait_for_the_extended_level(tmp_path):
+    model = _conv_bn_model("Relu", residual=False)
+    assert _optimized_ops(model, tmp_path, LEVEL.ORT_ENABLE_BASIC) == ["Conv", "Relu"]
+    assert _optimized_ops(model, tmp_path, LEVEL.ORT_DISABLE_ALL) == ["Conv", "BatchNormalization", "Relu"]
+
+
+def test_fusions_are_skipped_when_a_session_provider_lacks_the_fused_kernel(tmp_path):
+    # The NPU compiles plain operators; a FusedConv would push the block to the CPU. The
+    # standard-ONNX BatchNormalization folding still applies.
+    pytest.importorskip("onyxrt_simnpu")
+    model = _conv_bn_model("Relu", residual=False)
+    ops = _optimized_ops(model, tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
+    assert ops == ["Conv", "Relu"]
+
+
+def test_conv_whose_output_is_also_read_elsewhere_is_not_fused(tmp_path):
+    model = _conv_bn_model("Relu", residual=False)
+    model.graph.output.append(tensor("bn", [2, 8, 6, 6]))
+    ops = _optimized_ops(model, tmp_path)
+    assert "Relu" in ops and "FusedConv" not in ops
+    _assert_equivalent(model, {"x": _randn(2, 3, 6, 6)})
+
+
+# -- matrix products ----------------------------------------------------------------------
+
+
+def _matmul_model(a_shape, b_shape, *, trans_b=False, scale=None, bias=True, w_input=False):
+    """x @ [Transpose](w) [/ scale] [+ bias]; ``w`` is a graph input when ``w_input`` (a
+    constant w's Transpose is folded into a transposed constant instead)."""
+    rng = np.random.default_rng(4)
+    n = b_shape[0] if trans_b else b_shape[-1]
+    inits = {"bias": rng.standard_normal(n).astype(np.float32)}
+    if not w_input:
+        inits["w"] = rng.standard_normal(b_shape).astype(np.float32)
+    nodes = []
+    w = "w"
+    if trans_b:
+        nodes.append(helper.make_node("Transpose", ["w"], ["wt"], name="t", perm=[1, 0]))
+        w = "wt"
+    nodes.append(helper.make_node("MatMul", ["x", w], ["m"], name="mm"))
+    out = "m"
+    if scale is not None:
+        inits["s"] = np.array(scale, np.float32)
+        nodes.append(helper.make_node("Div", [out, "s"], ["scaled"], name="scale"))
+        out = "scaled"
+    if bias:
+        nodes.append(helper.make_node("Add", [out, "bias"], ["y"], name="bias"))
+    else:
+        nodes.append(helper.make_node("Identity", [out], ["y"], name="out"))
+    out_shape = list(a_shape[:-1]) + [n]
+    inputs = [tensor("x", list(a_shape))] + ([tensor("w", list(b_shape))] if w_input else [])
+    return make_model(nodes, inputs, [tensor("y", out_shape)], inits)
+
+
+def test_2d_matmul_add_becomes_gemm(tmp_path):
+    model = _matmul_model((5, 6), (7, 6), trans_b=True, scale=2.0)
+    assert _optimized_ops(model, tmp_path) == ["Gemm"]
+    _assert_equivalent(model, {"x": _randn(5, 6)})
+
+
+@pytest.mark.parametrize("scale", [None, 8.0])
+def test_batched_matmul_bias_scale_and_transpose_become_fused_matmul(tmp_path, scale):
+    model = _matmul_model((2, 5, 6), (7, 6), trans_b=True, scale=scale, w_input=True)
+    path = tmp_path / "optimized.onnx"
+    _session(model, path=str(path))
+    (node,) = onnx.load(str(path)).graph.node
+    assert (node.domain, node.op_type) == (FUSED_DOMAIN, "FusedMatMul")
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["transB"] == 1 and math.isclose(attrs["alpha"], 1.0 / (scale or 1.0))
+    _assert_equivalent(model, {"x": _randn(2, 5, 6), "w": _randn(7, 6, seed=2)})
+
+
+def test_attention_scores_fold_the_transpose_and_scale(tmp_path):
+    # q @ k^T / sqrt(d) where k^T swaps the last two axes of a 4-D tensor.
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+        helper.make_node("Div", ["s", "d"], ["y"], name="scale"),
+    ]
+    model = make_model(
+        nodes, [tensor("q", [1, 2, 4, 8]), tensor("k", [1, 2, 4, 8])], [tensor("y", [1, 2, 4, 4])],
+        {"d": np.array(math.sqrt(8), np.float32)},
+    )
+    assert _optimized_ops(model, tmp_path) == ["FusedMatMul"]
+    _assert_equivalent(model, {"q": _randn(1, 2, 4, 8), "k": _randn(1, 2, 4, 8, seed=1)})
+
+
+# -- transformer patterns -----------------------------------------------------------------
+
+
+def _graph_model(g, x: str, y: str, shape: list[int]) -> onnx.ModelProto:
+    return g.model(
+        "pattern", [tensor(x, shape)], [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], ""
+    )
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_decomposed_layer_norm_becomes_layer_normalization(tmp_path, opset):
+    # Below opset 17 the models builder writes the decomposed pattern; from 17 it emits the
+    # operator itself, so build the pattern by hand at both opsets.
+    g = models._Graph(0, 16)  # the builder writes the pattern out below opset 17
+    y = models._layer_norm(g, "x", "ln", 16, 1e-5)
+    model = _graph_model(g, "x", y, [2, 3, 16])
+    model.opset_import[0].version = opset
+    path = tmp_path / "optimized.onnx"
+    _session(model, path=str(path))
+    (node,) = onnx.load(str(path)).graph.node
+    assert node.op_type == "LayerNormalization"
+    assert node.domain == ("" if opset >= 17 else FUSED_DOMAIN)
+    _assert_equivalent(model, {"x": _randn(2, 3, 16)})
+
+
+@pytest.mark.parametrize("form", ["erf", "tanh"])
+@pytest.mark.parametrize("opset", [17, 20])
+def test_gelu_patterns_become_gelu(tmp_path, form, opset):
+    g = models._Graph(0, opset)
+    y = (models._gelu_erf if form == "erf" else models._gelu_tanh)(g, "x", "gelu")
+    model = _graph_model(g, "x", y, [4, 32])
+    path = tmp_path / "optimized.onnx"
+    _session(model, path=str(path))
+    (node,) = onnx.load(str(path)).graph.node
+    assert node.op_type == "Gelu" and node.domain == ("" if opset >= 20 else FUSED_DOMAIN)
+    assert helper.get_attribute_value(node.attribute[0]) == (b"none" if form == "erf" else b"tanh")
+    _assert_equivalent(model, {"x": _randn(4, 32) * 3})
+
+
+# -- whole models and the pass list ---------------------------------------------------------
+
+SMALL_MODELS = {
+    "resnet": lambda: models.resnet(depth_blocks=(1, 1), width=8, num_classes=10, image=32),
+    "mobilenet_v2": lambda: models.mobilenet_v2(width_mult=0.25, num_classes=10, image=32),
+    "bert": lambda: models.bert_encoder(layers=2, hidden=32, heads=4, intermediate=64, seq=8, vocab=50),
+    "gpt2": lambda: models.gpt2(layers=2, hidden=32, heads=4, seq=8, vocab=50),
+    "vit": lambda: models.vit(image=32, patch=8, hidden=32, layers=2, heads=4, mlp=64, num_classes=10),
+}
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for inp in model.graph.input:
+        dims = [d.dim_value or 2 for d in inp.type.tensor_type.shape.dim]
+        if inp.type.tensor_type.elem_type == TensorProto.INT64:
+            feeds[inp.name] = np.ones(dims, np.int64) if "mask" in inp.name else rng.integers(0, 50, dims)
+        else:
+            feeds[inp.name] = rng.standard_normal(dims).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_MODELS))
+def test_architectures_keep_their_outputs_and_lose_nodes(tmp_path, name):
+    model = SMALL_MODELS[name]()
+    ops = _optimized_ops(model, tmp_path)
+    assert len(ops) < len(model.graph.node)
+    assert "BatchNormalization" not in ops and "Erf" not in ops and "Pow" not in ops
+    _assert_equivalent(model, _feeds(model), rtol=1e-4)
+    # The optimized file is itself a model onyxrt runs (fused ops and all).
+    again = onyxrt.InferenceSession(str(tmp_path / "optimized.onnx"))
+    np.testing.assert_allclose(
+        again.run(None, _feeds(model))[0], _session(model).run(None, _feeds(model))[0], rtol=1e-5, atol=1e-5
+    )
+
+
+def test_set_providers_reoptimizes_for_the_new_providers(tmp_path):
+    pytest.importorskip("onyxrt_simnpu")
+    model = _conv_bn_model("Relu", residual=False)
+    session = _session(model)
+    assert [n.op_type for n in session.placement.nodes] == ["FusedConv"]
+    session.set_providers(["SimNPUExecutionProvider", "CPUExecutionProvider"])
+    assert [n.op_type for n in session.placement.nodes] == ["Conv", "Relu"]
+
+
+def test_every_pass_is_named_and_levelled():
+    names = [p.name for p in PASSES]
+    assert len(set(names)) == len(names)
+    assert all(p.level in (LEVEL.ORT_ENABLE_BASIC, LEVEL.ORT_ENABLE_EXTENDED) for p in PASSES)
