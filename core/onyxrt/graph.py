@@ -106,14 +106,20 @@ class Graph:
         *,
         value_types: Mapping[str, ValueType] | None = None,
         outer_scope: Iterable[str] = (),
+        arrays: Mapping[str, Any] | None = None,
     ) -> Graph:
         """Read ``graph``; check it is a DAG whose every input is defined.
 
         ``outer_scope`` lists names visible from an enclosing graph (for subgraphs).
+        ``arrays`` supplies initializer values already read (the session keeps the model
+        proto without its weights' bytes once they are arrays).
         Raises :class:`~onyxrt.errors.InvalidGraph` naming the node and value at fault.
         """
         initializers: dict[str, Any] = {}
         for t in graph.initializer:
+            if arrays is not None and t.name in arrays:
+                initializers[t.name] = arrays[t.name]
+                continue
             try:
                 initializers[t.name] = numpy_helper.to_array(t)
             except Exception as exc:  # a tensor whose bytes do not match its declared shape

@@ -205,16 +205,24 @@ class InferenceSession:
     def _prepare_graph(self, providers: Sequence[ExecutionProvider]) -> Graph:
         proto = self._loaded.proto
         self._declared_from(proto)
+        opsets = _opset_versions(proto)
         proto = optimize(
             proto,
             self._sess_options.graph_optimization_level,
             lambda m: _infer_shapes(m, self._logger),
-            FusionContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, proto)),
+            FusionContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets)),
         )
         if self._sess_options.optimized_model_filepath:
             onnx.save_model(proto, self._sess_options.optimized_model_filepath)
-        self._model = proto
-        return self._graph_from(proto, inferred=True)
+        arrays = self._graph_from(proto, inferred=True).initializers
+        # From here on the model is kept without its weights' bytes (the graph holds them
+        # as arrays) and nothing refers into the parsed proto any more — upb frees a
+        # message's memory only as a whole — so a session holds one copy of the weights.
+        self._model = onnx.ModelProto()
+        _skeleton_into(self._model, proto)
+        self._loaded.proto = self._model
+        del proto
+        return self._graph_from(self._model, inferred=True, arrays=arrays)
 
     def _declared_from(self, proto: onnx.ModelProto) -> None:
         # What the model declares for its inputs and outputs, before shape inference adds
@@ -225,15 +233,16 @@ class InferenceSession:
             if vi.HasField("type")
         }
 
-    def _graph_from(self, proto: onnx.ModelProto, inferred: bool = False) -> Graph:
+    def _graph_from(
+        self, proto: onnx.ModelProto, inferred: bool = False, arrays: Mapping[str, Any] | None = None
+    ) -> Graph:
         if not inferred:
             proto = _infer_shapes(proto, self._logger)
         self._types = {
             vi.name: vi.type for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
         }
-        opsets = {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in proto.opset_import}
         try:
-            return Graph.from_proto(proto.graph, opsets)
+            return Graph.from_proto(proto.graph, _opset_versions(proto), arrays=arrays)
         except InvalidModel as exc:  # name the file in structural errors too
             raise type(exc)(f"{self._loaded.origin}: {exc}") from None
 
@@ -285,7 +294,7 @@ class InferenceSession:
                     raise
                 self._logger.info("expanded into their function bodies: %s", ", ".join(expanded))
                 self._model = expanded_model
-                self._graph = self._graph_from(expanded_model)
+                self._graph = self._graph_from(expanded_model, arrays=self._graph.initializers)
         return build_plan(self._graph, ctx)
 
     def _check_placement_limits(self, placement: PlacementReport) -> None:
@@ -695,14 +704,17 @@ class InferenceSession:
 _INFERENCE_BYTES = 4096
 
 
+def _opset_versions(model: onnx.ModelProto) -> dict[str, int]:
+    return {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in model.opset_import}
+
+
 def _all_can_run(
-    providers: Sequence[ExecutionProvider], domain: str, op_type: str, model: onnx.ModelProto
+    providers: Sequence[ExecutionProvider], domain: str, op_type: str, opsets: Mapping[str, int]
 ) -> bool:
     """Whether every provider has a kernel for ``domain::op_type`` at the model's opset
     for that domain (the optimizer's question before producing a fused operator)."""
     from .optimizer import FUSED_DOMAIN_VERSION
 
-    opsets = {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in model.opset_import}
     version = opsets.get(domain, FUSED_DOMAIN_VERSION if domain else 0)
     for provider in providers:
         if not isinstance(provider, KernelRegistryProvider):

@@ -23,6 +23,9 @@ __all__ = ["Rewrite", "subgraph_reads", "remove_initializers", "DEFAULT_DOMAINS"
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
+# Constants up to this many elements are cached by Rewrite.array (scalars, biases, shapes).
+_CACHED_ELEMENTS = 4096
+
 
 def subgraph_reads(nodes: Iterable[onnx.NodeProto]) -> set[str]:
     """Every name read inside the graph attributes of ``nodes`` (at any depth).
@@ -91,12 +94,19 @@ class Rewrite:
         return name in self.constants
 
     def array(self, name: str) -> np.ndarray | None:
-        """The value of constant ``name`` (cached), or ``None`` if it is not a constant."""
+        """The value of constant ``name``, or ``None`` if it is not a constant.
+
+        Small values are cached; weights are read on each call and not kept, so that a
+        pass rewriting many weights (BatchNormalization folding) holds one at a time.
+        """
         if name not in self.constants:
             return None
-        if name not in self._arrays:
-            self._arrays[name] = numpy_helper.to_array(self.initializers[name])
-        return self._arrays[name]
+        if name in self._arrays:
+            return self._arrays[name]
+        value = numpy_helper.to_array(self.initializers[name])
+        if value.size <= _CACHED_ELEMENTS:
+            self._arrays[name] = value
+        return value
 
     def scalar(self, name: str) -> float | None:
         """The value of a one-element floating or integer constant, else ``None``."""
@@ -181,7 +191,6 @@ class Rewrite:
         self._new_initializers.append(tensor)
         self.initializers[name] = tensor
         self.constants.add(name)
-        self._arrays[name] = np.asarray(value)
         return name
 
     def replace(self, pattern: Sequence[onnx.NodeProto], new_nodes: Sequence[onnx.NodeProto]) -> None:
