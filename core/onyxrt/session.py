@@ -63,6 +63,7 @@ from .session_options import (
     SessionOptions,
     policy_device_order,
 )
+from .threads import intra_op_limit
 
 __all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning", "PlacementWarning"]
 
@@ -169,6 +170,7 @@ class InferenceSession:
         # Kept (a reference, like onnxruntime's session keeps its bytes) so that
         # set_providers can optimize the original graph again for other providers.
         self._source = path_or_bytes
+        self._intra_op_threads = int(opts.intra_op_num_threads or 0)
         self._create(providers, provider_options)
 
     # -- creation --------------------------------------------------------------------
@@ -469,7 +471,7 @@ class InferenceSession:
     ) -> list[Any]:
         profile = _Profile() if self._profiler.enabled else None
         lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
-        with lock:
+        with lock, intra_op_limit(self._intra_op_threads):
             t0 = time.perf_counter()
             outputs = self._plan.run(
                 feeds, names, run_options, profile, keep_on_device, self._pool, device_feeds

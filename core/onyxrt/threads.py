@@ -1,0 +1,38 @@
+"""``SessionOptions.intra_op_num_threads``: the size of the BLAS thread pool during runs.
+
+onyxrt's kernels parallelise inside the BLAS library numpy links (OpenBLAS, MKL, ...), so
+that pool is what onnxruntime's intra-op pool corresponds to. threadpoolctl sets it for the
+duration of each run of a session that asks for a size and restores it afterwards (~8 µs
+per run); 0, the default, leaves the library's own setting (all cores). The pool is
+process-wide: concurrent runs of sessions asking for different sizes share it, and the
+last one to start wins until it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+__all__ = ["intra_op_limit"]
+
+_controller: Any = None
+_lock = threading.Lock()
+
+
+def _blas_controller() -> Any:
+    """threadpoolctl's view of the loaded BLAS libraries (scanned once, on first use)."""
+    global _controller
+    with _lock:
+        if _controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            _controller = ThreadpoolController()
+        return _controller
+
+
+def intra_op_limit(threads: int) -> contextlib.AbstractContextManager[Any]:
+    """A context limiting the BLAS pool to ``threads`` (no-op for 0)."""
+    if threads <= 0:
+        return contextlib.nullcontext()
+    return _blas_controller().limit(limits=threads, user_api="blas")
