@@ -397,7 +397,8 @@ class Softmax(_AxisKernel):
     """y = exp(x - max) / sum(exp(x - max)) along axis (2D-coerced before version 13)."""
 
     def _op(self, x, axis):
-        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        e = x - np.max(x, axis=axis, keepdims=True)
+        np.exp(e, out=e)  # in place: one buffer for the whole computation
         e /= np.sum(e, axis=axis, keepdims=True)
         return e
 
