@@ -95,6 +95,10 @@ class MatMul(Kernel):
             raise ValueError("MatMul operands must have rank >= 1")
         cdt = compute_dtype(a.dtype)
         if cdt == a.dtype:
+            if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
+                # (..., M, K) @ (K, N) as one GEMM over all rows, not one per batch entry.
+                y = np.matmul(a.reshape(-1, a.shape[-1]), b)
+                return (y.reshape(a.shape[:-1] + (b.shape[-1],)),)
             return (np.asarray(np.matmul(a, b)),)
         if self._b_f32 is not None and (b is self._b_src or np.array_equal(b, self._b_src)):
             bc = self._b_f32
