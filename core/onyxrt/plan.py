@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,12 +189,11 @@ class ExecutionPlan:
         # The hot loop: plain tuples and local names keep per-node overhead to about a
         # microsecond; everything else (names, providers) is looked up only on error.
         i = -1
+        steps: Iterable[Any] = self._compiled
+        if run_options is not None:  # the terminate check costs per node only when asked for
+            steps = _until_terminated(self._compiled, self.steps, run_options)
         try:
-            for i, (fn, get, one_input, outs, release) in enumerate(self._compiled):
-                if run_options is not None and run_options.terminate:
-                    raise RunTerminated(
-                        f"run terminated by RunOptions.terminate before node {self.steps[i].name!r}"
-                    )
+            for i, (fn, get, one_input, outs, release) in enumerate(steps):
                 results = fn(get(vals)) if one_input else fn(*get(vals))
                 if len(results) < len(outs):
                     raise _too_few(self.steps[i], results)
@@ -267,6 +266,14 @@ class _Resident:
 
 def _no_inputs(vals: list[Any]) -> tuple[()]:
     return ()
+
+
+def _until_terminated(compiled: list[Any], steps: list[Any], run_options: Any) -> Iterator[Any]:
+    """The compiled steps, stopping with RunTerminated once ``run_options.terminate`` is set."""
+    for i, step in enumerate(compiled):
+        if run_options.terminate:
+            raise RunTerminated(f"run terminated by RunOptions.terminate before node {steps[i].name!r}")
+        yield step
 
 
 def _too_few(step: Step, results: Sequence[Any]) -> ProviderError:

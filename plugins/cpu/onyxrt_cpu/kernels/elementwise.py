@@ -132,6 +132,15 @@ class _LegacyBinary(Kernel):
 class _Arith(_LegacyBinary):
     ufunc: Callable[..., Any] = np.add
 
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        types = [t.elem_type if t is not None else None for t in info.input_types[:2]]
+        same = not self.legacy and len(types) == 2 and types[0] and types[0] == types[1]
+        if same and np_dtype(types[0]).kind in "biuf":
+            # Both operands have the same native type: the result has it too, so the
+            # per-call dtype checks go (this is the per-node overhead of small graphs).
+            self.compute = _same_type_ufunc(self.ufunc)  # type: ignore[method-assign]
+
     def compute(self, a, b):
         if self.legacy:
             b = self._align(np.asarray(a), np.asarray(b))
@@ -144,6 +153,19 @@ class _Arith(_LegacyBinary):
         if type(r) is not np.ndarray or r.dtype != dt:
             r = _out(r, dt)
         return (r,)
+
+
+def _same_type_ufunc(ufunc: Callable[..., Any]) -> Callable[[Any, Any], tuple[np.ndarray]]:
+    ndarray = np.ndarray
+    asarray = np.asarray
+
+    def compute(a: Any, b: Any) -> tuple[np.ndarray]:
+        r = ufunc(a, b)
+        if type(r) is not ndarray:  # 0-d operands make numpy return a scalar
+            r = asarray(r)
+        return (r,)
+
+    return compute
 
 
 _ARITH_VERSIONS = (1, 6, 7, 13, 14)
