@@ -1,21 +1,25 @@
 """CPU kernels: convolutions (Conv, ConvTranspose, ConvInteger).
 
-Conv runs as im2col + one batched matmul per group: the kernel taps of the padded input
-are gathered into a ``(N, group, C/group * taps, L)`` column array and multiplied by the
-weight prepacked as ``(group, M/group, C/group * taps)``. A 1x1, stride-1, unpadded conv
-is a plain matmul; depthwise convs (one input channel per group) accumulate the taps
-with vectorized multiply-adds. ConvTranspose is the adjoint: one matmul to columns, then
-a strided scatter-add of each tap into the output (col2im). float16/bfloat16 compute in
+Conv runs as im2col + one GEMM per group: each kernel tap's strided box of the input is
+copied into a ``(C * taps, L)`` column matrix (padding positions are filled in thin
+stripes, the padded input is never built) and multiplied by the weight prepacked as
+``(group, M/group, C/group * taps)``, straight into the output. Column matrices live in a
+reusable per-thread scratch buffer; images with few output positions are stacked side by
+side into one wider GEMM. A 1x1, stride-1, unpadded conv needs no columns: it is one 2-D
+matmul per image. Depthwise convs (one input channel per group) accumulate the taps with
+vectorized multiply-adds. ConvTranspose is the adjoint: one matmul to columns, then a
+strided scatter-add of each tap into the output (col2im). float16/bfloat16 compute in
 float32; ConvInteger computes exactly in float64 (int8 products summed far below 2**53).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
@@ -27,7 +31,6 @@ from ._spatial import (
     compute_dtype,
     flat_plan,
     lead_blocks,
-    pad_spatial,
     prod,
     read_spatial_attrs,
     taps,
@@ -112,7 +115,8 @@ def conv_forward(
 ) -> np.ndarray:
     """Convolve ``x`` (N, C, *S) with packed weights ``wp`` (g, M/g, C/g*taps).
 
-    ``x`` and ``wp`` share the compute dtype; returns (N, M, *out) in that dtype.
+    ``x`` and ``wp`` share the compute dtype; returns (N, M, *out) in that dtype, always a
+    freshly allocated C-contiguous array (callers add bias and residuals to it in place).
     """
     n, c = x.shape[:2]
     group, m_per_g, k_per_g = wp.shape
@@ -125,91 +129,157 @@ def conv_forward(
             f"W expects {k_per_g // ntaps * group} input channels (group={group}), X has {c}"
         )
     out = win.out_shape
-    L = prod(out)
     m = group * m_per_g
-    if ntaps == 1 and all(s == 1 for s in strides) and not win.padded:
-        # 1x1 stride-1 conv: a plain (batched) matmul, no column array.
-        y = np.matmul(wp, x.reshape(n, group, c_per_g, L))
-        return y.reshape((n, m) + out)
-    if c_per_g == 1 and group > 1 and ntaps > 1 and pad_value == 0:
-        return _depthwise(x, wp, kernel, strides, dilations, win).reshape((n, m) + out)
-    xp = pad_spatial(
-        x,
-        win.pads_begin,
-        tuple(e + x_ for e, x_ in zip(win.pads_end, win.extra_end, strict=True)),
-        pad_value,
-    )
-    return _im2col_matmul(xp, wp, kernel, strides, dilations, out).reshape((n, m) + out)
+    y = np.empty((n, m) + out, dtype=x.dtype)
+    if n == 0 or prod(out) == 0:
+        return y
+    L = prod(out)
+    if ntaps == 1 and not win.padded and all(s == 1 for s in strides):
+        # 1x1 stride-1 conv: X itself is the column matrix, one matmul per image (a 2-D
+        # matmul when group == 1, which numpy hands straight to BLAS). Stacking images
+        # into one GEMM would cost two transposing copies: measured slower here.
+        w2 = wp[0] if group == 1 else wp
+        for i in range(n):
+            xi = x[i].reshape(c, L) if group == 1 else x[i].reshape(group, c_per_g, L)
+            np.matmul(w2, xi, out=y[i].reshape(w2.shape[:-1] + (L,)))
+        return y
+    if c_per_g == 1 and group > 1 and ntaps > 1:
+        _depthwise(x, wp, kernel, strides, dilations, win, pad_value, y)
+        return y
+    for n0, n1, r0, r1 in _chunks(n, c * ntaps, out, x.dtype.itemsize):
+        _conv_chunk(x, wp, kernel, strides, dilations, win, pad_value, y, n0, n1, r0, r1)
+    return y
 
 
-# Column arrays are built in chunks of at most this many bytes (bounded memory, cache reuse).
-_COLS_BUDGET = 1 << 25
+# Column matrices are built in chunks of at most this many bytes (bounded memory, cache
+# reuse); each thread that runs convs keeps one such buffer alive (see _scratch).
+_COLS_BUDGET = 1 << 24
+# Images whose column matrix has fewer columns than this are stacked side by side into one
+# GEMM (BLAS, threaded especially, runs short products well below its peak, and the
+# columns are copied anyway); larger ones run one by one.
+_STACK_BELOW = 1024
+
+_local = threading.local()
 
 
-def _im2col_matmul(
-    xp: np.ndarray,
+def _scratch(name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """A reusable per-thread buffer of ``shape`` (undefined contents) for role ``name``.
+
+    Reusing it spares the page faults of a fresh multi-megabyte allocation on every call;
+    being per thread, kernels running concurrently never share one.
+    """
+    nbytes = prod(shape) * dtype.itemsize
+    buf = getattr(_local, name, None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = np.empty(nbytes, dtype=np.uint8)
+        setattr(_local, name, buf)
+    return buf[:nbytes].view(dtype).reshape(shape)
+
+
+def _chunks(
+    n: int, k: int, out: tuple[int, ...], itemsize: int
+) -> Iterator[tuple[int, int, int, int]]:
+    """(n0, n1, r0, r1): images [n0, n1) and first-axis output rows [r0, r1) per chunk.
+
+    An image's column matrix has ``k`` rows and ``prod(out)`` columns. Small images are
+    stacked (up to the budget), large ones go one at a time, and an image whose columns
+    exceed the budget is cut into runs of output rows.
+    """
+    L = prod(out)
+    image_bytes = k * L * itemsize
+    if image_bytes <= _COLS_BUDGET:
+        nb = max(1, min(n, _COLS_BUDGET // image_bytes)) if L < _STACK_BELOW else 1
+        for n0 in range(0, n, nb):
+            yield n0, min(n, n0 + nb), 0, out[0]
+        return
+    rb = max(1, _COLS_BUDGET // (image_bytes // out[0]))
+    for n0 in range(n):
+        for r0 in range(0, out[0], rb):
+            yield n0, n0 + 1, r0, min(out[0], r0 + rb)
+
+
+def _conv_chunk(
+    x: np.ndarray,
     wp: np.ndarray,
     kernel: tuple[int, ...],
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
-    out: tuple[int, ...],
-) -> np.ndarray:
-    """General conv on the padded input: gather taps into columns, one matmul per group.
-
-    Large problems are cut into chunks of images and of rows along the first spatial axis
-    so the column array stays within ``_COLS_BUDGET``.
-    """
-    n, c = xp.shape[:2]
+    win: Window,
+    pad_value: Any,
+    y: np.ndarray,
+    n0: int,
+    n1: int,
+    r0: int,
+    r1: int,
+) -> None:
+    """Images [n0, n1), output rows [r0, r1) of ``y``: im2col, then one (grouped) GEMM."""
+    c = x.shape[1]
     group, m_per_g, k_per_g = wp.shape
-    ntaps = prod(kernel)
-    rest = prod(out[1:])
-    row_bytes = c * ntaps * rest * xp.dtype.itemsize  # one image, one first-axis output row
-    image_bytes = row_bytes * out[0]
-    if n * image_bytes <= _COLS_BUDGET:
-        nb, rb = n, out[0]
-    elif image_bytes <= _COLS_BUDGET:
-        nb, rb = _COLS_BUDGET // image_bytes, out[0]
-    else:
-        nb, rb = 1, max(1, _COLS_BUDGET // row_bytes)
-    if nb >= n and rb >= out[0]:
-        return np.matmul(
-            wp,
-            _columns(xp, kernel, strides, dilations, out, 0, out[0]).reshape(n, group, k_per_g, -1),
-        )
-    y = np.empty((n, group, m_per_g) + out, dtype=xp.dtype)
-    for n0 in range(0, n, nb):
-        xs = xp[n0 : n0 + nb]
-        for r0 in range(0, out[0], rb):
-            r1 = min(out[0], r0 + rb)
-            cols = _columns(xs, kernel, strides, dilations, out, r0, r1)
-            part = np.matmul(wp, cols.reshape(xs.shape[0], group, k_per_g, -1))
-            y[n0 : n0 + nb, :, :, r0:r1] = part.reshape(part.shape[:3] + (r1 - r0,) + out[1:])
-    return y
+    nb = n1 - n0
+    sub = (r1 - r0,) + win.out_shape[1:]
+    ls = prod(sub)
+    cols = _scratch("cols", (c, prod(kernel), nb) + sub, x.dtype)
+    _im2col(x[n0:n1], kernel, strides, dilations, win, pad_value, r0, cols)
+    cols = cols.reshape(group, k_per_g, nb * ls)
+    rest = ls // sub[0]
+    if nb == 1:
+        # Straight into this image's rows of the output (a BLAS-able strided view).
+        dst = y[n0].reshape(group, m_per_g, -1)[:, :, r0 * rest : r1 * rest]
+        np.matmul(wp, cols, out=dst)
+        return
+    prod_ = _scratch("gemm", (group, m_per_g, nb * ls), x.dtype)
+    np.matmul(wp, cols, out=prod_)
+    # (M, images, L) → (images, M, L): the one extra pass that stacking images costs.
+    y[n0:n1].reshape(nb, group * m_per_g, ls)[...] = prod_.reshape(-1, nb, ls).transpose(1, 0, 2)
 
 
-def _columns(
-    xp: np.ndarray,
+def _im2col(
+    xb: np.ndarray,
     kernel: tuple[int, ...],
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
-    out: tuple[int, ...],
+    win: Window,
+    pad_value: Any,
     r0: int,
-    r1: int,
-) -> np.ndarray:
-    """im2col of output rows [r0, r1) of the first spatial axis: (N, C, *K, r1-r0, *out[1:])."""
-    nsp = len(kernel)
-    sub = (r1 - r0,) + out[1:]
-    keff = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True))
-    rows = xp[:, :, r0 * strides[0] : (r1 - 1) * strides[0] + keff[0]]
-    view = sliding_window_view(rows, keff, axis=tuple(range(2, 2 + nsp)))
-    # view: (N, C, *window starts, *window offsets) → pick strided starts, dilated offsets.
-    view = view[
-        (slice(None), slice(None))
-        + tuple(slice(0, (o - 1) * st + 1, st) for o, st in zip(sub, strides, strict=True))
-        + tuple(slice(None, None, d) for d in dilations)
-    ]
-    order = (0, 1) + tuple(range(2 + nsp, 2 + 2 * nsp)) + tuple(range(2, 2 + nsp))
-    return np.ascontiguousarray(view.transpose(order))
+    cols: np.ndarray,
+) -> None:
+    """Fill ``cols`` (C, taps, nb, *sub) with the taps of images ``xb`` (nb, C, *S).
+
+    ``sub`` is the chunk's output block: first-axis rows from ``r0``, all of the others.
+    Each tap is one strided copy of the input box it reads; output positions whose input
+    falls in the padding get ``pad_value`` by a few thin stripe fills, so the padded
+    input is never materialized.
+    """
+    in_shape = xb.shape[2:]
+    sub = cols.shape[3:]
+    lead = (slice(None), slice(None))
+    src_all = xb.transpose((1, 0) + tuple(range(2, xb.ndim)))  # (C, nb, *S) view
+    for i, tap in enumerate(itertools.product(*(range(k) for k in kernel))):
+        dst = cols[:, i]
+        box_dst: list[slice] = []
+        box_src: list[slice] = []
+        for a, (t, s, d, pb, size, o) in enumerate(
+            zip(tap, strides, dilations, win.pads_begin, in_shape, sub, strict=True)
+        ):
+            # Output o (global o + first) reads input o*s + shift; keep 0 <= that < size.
+            first = r0 if a == 0 else 0
+            shift = t * d - pb + first * s
+            lo = min(o, max(0, -(shift // s) if shift < 0 else 0))
+            hi = max(lo, min(o, (size - 1 - shift) // s + 1)) if size > shift else lo
+            if lo > 0:
+                dst[lead + (slice(None),) * a + (slice(0, lo),)] = pad_value
+            if hi < o:
+                dst[lead + (slice(None),) * a + (slice(hi, None),)] = pad_value
+            box_dst.append(slice(lo, hi))
+            start = lo * s + shift
+            box_src.append(slice(start, start + (hi - lo - 1) * s + 1, s))
+        if all(b.stop > b.start for b in box_dst):
+            dst[lead + tuple(box_dst)] = src_all[lead + tuple(box_src)]
+
+
+# Depthwise blocks are larger than the pools' (BLOCK_BYTES): measured, fewer and longer
+# multiply-adds win more in per-call overhead than they lose in cache misses.
+_DEPTHWISE_BLOCK_BYTES = 1 << 21
 
 
 def _depthwise(
@@ -219,23 +289,25 @@ def _depthwise(
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
     win: Window,
-) -> np.ndarray:
-    """Conv with one input channel per group: multiply-add tap by tap.
+    pad_value: Any,
+    y: np.ndarray,
+) -> None:
+    """Conv with one input channel per group into ``y``: multiply-add tap by tap.
 
     Blocks of (image, channel) rows are laid out with a :class:`~._spatial.FlatPlan`, so
     every tap is a contiguous slice and each multiply-add runs over a long inner loop while
-    the block stays in cache. Returns (N, group, M/group, *out).
+    the block stays in cache.
     """
     n = x.shape[0]
     group, m_per_g, ntaps = wp.shape
     out = win.out_shape
     wd = wp.reshape(group, m_per_g, ntaps, 1)
-    y = np.empty((n, group, m_per_g) + out, dtype=x.dtype)
+    yg = y.reshape((n, group, m_per_g) + out)
     plan = flat_plan(x.shape[2:], win.pads_begin, kernel, strides, dilations, out)
     lq = plan.lq
     row_bytes = plan.row_bytes(x.dtype.itemsize) + 2 * m_per_g * lq * x.dtype.itemsize
-    for ns, cs in lead_blocks(n, group, row_bytes):
-        flat = plan.layout(x[ns, cs])[:, :, None]  # (n_b, c_b, 1, phases, F)
+    for ns, cs in lead_blocks(n, group, row_bytes, _DEPTHWISE_BLOCK_BYTES):
+        flat = plan.layout(x[ns, cs], pad_value)[:, :, None]  # (n_b, c_b, 1, phases, F)
         wb = wd[cs]
         acc = np.empty(flat.shape[:2] + (m_per_g, lq), dtype=x.dtype)
         tmp = np.empty_like(acc)
@@ -246,8 +318,7 @@ def _depthwise(
             else:
                 np.multiply(src, wb[:, :, i], out=tmp)
                 acc += tmp
-        y[ns, cs] = plan.view(acc)
-    return y
+        yg[ns, cs] = plan.view(acc)
 
 
 class _ConvBase(Kernel):
