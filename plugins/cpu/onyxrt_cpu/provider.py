@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from onyxrt.devices import HOST_MEMORY, Device
 from onyxrt.options import OptionSchema
@@ -13,6 +13,8 @@ from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
 from . import __version__
 from .kernels import registry
+from .malloc_tuning import ENV_VAR as MALLOC_ENV_VAR
+from .malloc_tuning import tune_malloc
 
 
 class CPUExecutionProvider(KernelRegistryProvider):
@@ -35,7 +37,16 @@ class CPUExecutionProvider(KernelRegistryProvider):
         """Always usable: numpy is a dependency of the core."""
         import numpy
 
-        return ProbeResult(True, details={"numpy": numpy.__version__, "cpus": str(os.cpu_count())})
+        return ProbeResult(True, details={
+            "numpy": numpy.__version__,
+            "cpus": str(os.cpu_count()),
+            "malloc": f"large buffers reused from the heap unless {MALLOC_ENV_VAR}=0 "
+                      "(see onyxrt_cpu/malloc_tuning.py)",
+        })
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        tune_malloc()  # once per process: see malloc_tuning for why
 
     def devices(self) -> Sequence[Device]:
         """The host CPU."""
