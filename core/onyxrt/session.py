@@ -43,7 +43,7 @@ from .iobinding import IOBinding
 from .kernels import ValueType
 from .loader import LoadedModel, check_model, load_model
 from .logs import session_logger
-from .optimizer import FusionContext, optimize
+from .optimizer import PassContext, optimize
 from .options import format_option_value
 from .ortvalue import OrtValue, resolve_device_provider
 from .partitioner import Partitioner
@@ -208,15 +208,13 @@ class InferenceSession:
         proto = self._loaded.proto
         self._declared_from(proto)
         opsets = _opset_versions(proto)
+        ctx = PassContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets))
         proto = optimize(
-            proto,
-            self._sess_options.graph_optimization_level,
-            lambda m: _infer_shapes(m, self._logger),
-            FusionContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets)),
+            proto, self._sess_options.graph_optimization_level, lambda m: _infer_shapes(m, self._logger), ctx
         )
         if self._sess_options.optimized_model_filepath:
-            onnx.save_model(proto, self._sess_options.optimized_model_filepath)
-        arrays = self._graph_from(proto, inferred=True).initializers
+            _save_with_created_weights(proto, ctx.arrays, self._sess_options.optimized_model_filepath)
+        arrays = self._graph_from(proto, inferred=True, arrays=ctx.arrays).initializers
         # From here on the model is kept without its weights' bytes (the graph holds them
         # as arrays) and nothing refers into the parsed proto any more — upb frees a
         # message's memory only as a whole — so a session holds one copy of the weights.
@@ -747,6 +745,15 @@ def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     for declared, found in zip(proto.graph.output, inferred.graph.output, strict=True):
         declared.type.CopyFrom(found.type)
     return proto
+
+
+def _save_with_created_weights(proto: onnx.ModelProto, arrays: Mapping[str, np.ndarray], path: str) -> None:
+    """Save ``proto`` with the bytes of the initializers the optimizer created (which the
+    model holds as name, type and dims only) filled in from ``arrays``."""
+    for tensor in proto.graph.initializer:
+        if tensor.name in arrays and not tensor.raw_data:
+            tensor.raw_data = np.ascontiguousarray(arrays[tensor.name]).tobytes()
+    onnx.save_model(proto, path)
 
 
 def _skeleton_into(skeleton: onnx.ModelProto, proto: onnx.ModelProto) -> None:

@@ -21,7 +21,7 @@ unchanged up to float rounding; each has an equivalence test in ``tests/test_opt
 Structural passes run first, then shape inference (the session's, which keeps big weights
 out of the copy), then the type-aware passes and fusions, which read the inferred types.
 Fused operators outside standard ONNX are produced only when every provider of the session
-can run them (:class:`FusionContext`).
+can run them (:class:`PassContext`).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fol
 from .constant_folding import fold_constants
 from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation
 from .matmul_fusions import fuse_matmul
-from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, FusionContext
+from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 from .transformer_fusions import fuse_gelu, fuse_layer_norm
 
 __all__ = [
-    "optimize", "Pass", "PASSES", "STRUCTURAL_PASSES", "FusionContext", "FUSED_DOMAIN",
+    "optimize", "Pass", "PASSES", "STRUCTURAL_PASSES", "PassContext", "FUSED_DOMAIN",
     "FUSED_DOMAIN_VERSION",
 ]
 
@@ -51,10 +51,10 @@ class Pass:
 
     name: str
     level: GraphOptimizationLevel
-    run: Callable[[onnx.ModelProto, FusionContext], onnx.ModelProto]
+    run: Callable[[onnx.ModelProto, PassContext], onnx.ModelProto]
 
 
-def _plain(fn: Callable[[onnx.ModelProto], onnx.ModelProto]) -> Callable[[onnx.ModelProto, FusionContext], onnx.ModelProto]:
+def _plain(fn: Callable[[onnx.ModelProto], onnx.ModelProto]) -> Callable[[onnx.ModelProto, PassContext], onnx.ModelProto]:
     return lambda model, ctx: fn(model)
 
 
@@ -71,7 +71,7 @@ STRUCTURAL_PASSES: tuple[Pass, ...] = (
 PASSES: tuple[Pass, ...] = (
     Pass("fold_constants", BASIC, _plain(fold_constants)),
     Pass("fold_casts", BASIC, _plain(fold_casts)),
-    Pass("fold_batch_norm_into_conv", BASIC, _plain(fold_batch_norm_into_conv)),
+    Pass("fold_batch_norm_into_conv", BASIC, fold_batch_norm_into_conv),
     Pass("fuse_layer_norm", EXTENDED, fuse_layer_norm),
     Pass("fuse_gelu", EXTENDED, fuse_gelu),
     Pass("fuse_matmul", EXTENDED, fuse_matmul),
@@ -84,7 +84,7 @@ def optimize(
     model: onnx.ModelProto,
     level: GraphOptimizationLevel,
     infer_shapes: Callable[[onnx.ModelProto], onnx.ModelProto],
-    ctx: FusionContext | None = None,
+    ctx: PassContext | None = None,
 ) -> onnx.ModelProto:
     """Apply every pass enabled at ``level``; returns the shape-inferred result.
 
@@ -92,7 +92,7 @@ def optimize(
     rewrites keep the inferred types of the values they keep (fused nodes write the
     values their pattern's last node wrote).
     """
-    ctx = ctx or FusionContext()
+    ctx = ctx or PassContext()
     for p in STRUCTURAL_PASSES:
         if level >= p.level:
             model = p.run(model, ctx)

@@ -127,7 +127,10 @@ def _evaluate(
         return values
     produced = {o for n in nodes for o in n.output if o}
     needed = {i for n in nodes for i in n.input if i and i not in produced}
-    initializers = [rw.initializers[n] for n in needed if n in rw.initializers]
+    initializers = [
+        onnx.numpy_helper.from_array(rw.created[n], name=n) if n in rw.created else rw.initializers[n]
+        for n in needed if n in rw.initializers
+    ]
     initializers += [onnx.numpy_helper.from_array(static[n], name=n) for n in needed if n in static]
     outputs = [helper.make_empty_tensor_value_info(o) for o in sorted(produced)]
     graph = helper.make_graph(nodes, "constant_folding", [], outputs, initializers)

@@ -16,7 +16,7 @@ import onnx
 from onnx import helper
 
 from .rewrite import Rewrite
-from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, FusionContext
+from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fold_batch_norm_into_conv", "fuse_conv_activation", "ACTIVATIONS"]
 
@@ -28,13 +28,14 @@ def _attr(node: onnx.NodeProto, name: str, default: float) -> float:
     return default
 
 
-def fold_batch_norm_into_conv(model: onnx.ModelProto) -> onnx.ModelProto:
+def fold_batch_norm_into_conv(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """``Conv(X, W, B) → BatchNormalization(scale, bias, mean, var)`` with constant
     parameters → ``Conv(X, W * s, (B - mean) * s + bias)``, ``s = scale / sqrt(var + eps)``.
 
-    The arithmetic is done in float64 and rounded once to the weights' type.
+    The per-channel factors are computed in float64; the weights are scaled in their type.
+    The new weights go to ``ctx.arrays`` (see :mod:`.support`).
     """
-    rw = Rewrite(model)
+    rw = Rewrite(model, ctx.arrays)
     for bn in model.graph.node:
         if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
             continue
@@ -58,7 +59,10 @@ def fold_batch_norm_into_conv(model: onnx.ModelProto) -> onnx.ModelProto:
         if not scale.shape == bias.shape == mean.shape == var.shape == (w.shape[0],):
             continue
         s = scale / np.sqrt(var + _attr(bn, "epsilon", 1e-5))
-        new_w = (w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        # The per-channel factor in float64, the big product in the weights' own type
+        # (float32 products are correctly rounded too; float16 goes through float32).
+        wdt = np.float32 if w.dtype.itemsize < 4 else w.dtype
+        new_w = (w.astype(wdt, copy=False) * s.astype(wdt).reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype, copy=False)
         old_b = b.astype(np.float64) if b is not None else np.zeros_like(mean)
         new_b = ((old_b - mean) * s + bias).astype(w.dtype)
         fused = helper.make_node(
@@ -103,7 +107,7 @@ def _activation_params(rw: Rewrite, act: onnx.NodeProto) -> list[float] | None:
     return bounds
 
 
-def fuse_conv_activation(model: onnx.ModelProto, ctx: FusionContext) -> onnx.ModelProto:
+def fuse_conv_activation(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """``Conv [→ Add(Z)] → activation`` → ``ai.onyxrt::FusedConv(X, W, B, Z)``.
 
     Z (a residual of the convolution's output shape) is optional, as is the activation
@@ -112,7 +116,7 @@ def fuse_conv_activation(model: onnx.ModelProto, ctx: FusionContext) -> onnx.Mod
     """
     if not ctx.can_run(FUSED_DOMAIN, "FusedConv"):
         return model
-    rw = Rewrite(model)
+    rw = Rewrite(model, ctx.arrays)
     for conv in model.graph.node:
         if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or rw.is_removed(conv):
             continue

@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from .rewrite import DEFAULT_DOMAINS, Rewrite
-from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, FusionContext
+from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fuse_matmul"]
 
@@ -45,9 +45,9 @@ def _is_bias(rw: Rewrite, name: str, out_rank: int | None) -> bool:
     return all(d == 1 for d in value.shape[:-1])
 
 
-def fuse_matmul(model: onnx.ModelProto, ctx: FusionContext) -> onnx.ModelProto:
+def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """Fold transposes, a scalar scale and a bias into the matrix products they surround."""
-    rw = Rewrite(model)
+    rw = Rewrite(model, ctx.arrays)
     fused_any = False
     for mm in model.graph.node:
         if mm.op_type != "MatMul" or mm.domain not in DEFAULT_DOMAINS or rw.is_removed(mm):

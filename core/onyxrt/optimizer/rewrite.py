@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..dtypes import np_dtype
+from ..dtypes import np_dtype, onnx_elem_type
 
 __all__ = ["Rewrite", "subgraph_reads", "remove_initializers", "DEFAULT_DOMAINS"]
 
@@ -56,8 +56,11 @@ def remove_initializers(graph: onnx.GraphProto, names: set[str]) -> None:
 class Rewrite:
     """Producers, consumers, constants and types of one graph, plus pending edits."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, arrays: dict[str, np.ndarray] | None = None) -> None:
         self.model = model
+        # Values of data-less initializers created by earlier passes (PassContext.arrays);
+        # new ones are added here too.
+        self.created = arrays if arrays is not None else {}
         graph = model.graph
         self.graph = graph
         self.producer: dict[str, onnx.NodeProto] = {}
@@ -87,6 +90,7 @@ class Rewrite:
             self.initializers
         )
         self._counter = itertools.count()
+        self._order: dict[int, int] | None = None
 
     # -- queries -----------------------------------------------------------------------
     def is_constant(self, name: str) -> bool:
@@ -103,6 +107,8 @@ class Rewrite:
             return None
         if name in self._arrays:
             return self._arrays[name]
+        if name in self.created:
+            return self.created[name]
         value = numpy_helper.to_array(self.initializers[name])
         if value.size <= _CACHED_ELEMENTS:
             self._arrays[name] = value
@@ -185,9 +191,12 @@ class Rewrite:
                 return name
 
     def add_initializer(self, base: str, value: np.ndarray) -> str:
-        """A new constant holding ``value``; returns its (fresh) name."""
+        """A new constant holding ``value``; returns its (fresh) name. The model's tensor
+        carries name, type and dims; the value itself goes to :attr:`created`."""
         name = self.fresh_name(base)
-        tensor = numpy_helper.from_array(np.asarray(value), name=name)
+        value = np.asarray(value)
+        tensor = onnx.TensorProto(name=name, data_type=onnx_elem_type(value.dtype), dims=value.shape)
+        self.created[name] = value
         self._new_initializers.append(tensor)
         self.initializers[name] = tensor
         self.constants.add(name)
@@ -198,7 +207,9 @@ class Rewrite:
         was. The caller guarantees the pattern's intermediate values have no other readers."""
         if not self.claimable(pattern):
             raise ValueError("overlapping rewrites")
-        order = {id(n): i for i, n in enumerate(self.graph.node)}
+        if self._order is None:  # the node list does not change before commit
+            self._order = {id(n): i for i, n in enumerate(self.graph.node)}
+        order = self._order
         last = max(pattern, key=lambda n: order[id(n)])
         self._removed.update(id(n) for n in pattern)
         self._inserted.setdefault(id(last), []).extend(new_nodes)

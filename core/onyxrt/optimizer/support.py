@@ -1,18 +1,26 @@
-"""What the fusion passes may produce: the fused-operator domain and the session's say.
+"""What the passes share with the session: which operators they may produce, and where
+the weights they create go.
 
 Fused operators that standard ONNX lacks (``FusedConv``, ``FusedMatMul``, and ``Gelu`` or
 ``LayerNormalization`` below the opsets that define them) live in the ``ai.onyxrt``
 domain. A provider runs them only if it registers kernels for them, so a fusion is
 applied only when *every* provider of the session can run its result: a session whose
-NPU compiles the plain operators keeps them plain (see :class:`FusionContext`).
+NPU compiles the plain operators keeps them plain.
+
+Weights a pass computes (BatchNormalization folded into a Conv) stay numpy arrays in
+:attr:`PassContext.arrays`; the model gets a tensor with their name, type and dims only,
+so the bytes are not copied into the protobuf and back (the session hands the arrays to
+its graph, and fills the bytes in only to save ``optimized_model_filepath``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["FUSED_DOMAIN", "FUSED_DOMAIN_VERSION", "FusionContext"]
+import numpy as np
+
+__all__ = ["FUSED_DOMAIN", "FUSED_DOMAIN_VERSION", "PassContext"]
 
 FUSED_DOMAIN = "ai.onyxrt"
 FUSED_DOMAIN_VERSION = 1
@@ -23,12 +31,14 @@ def _everyone(domain: str, op_type: str) -> bool:
 
 
 @dataclass(frozen=True)
-class FusionContext:
-    """The session's answer to "may a pass produce this operator?".
+class PassContext:
+    """The session's answers for the passes.
 
     ``can_run(domain, op_type)`` is true when every provider of the session has a kernel
     for the operator (in the fused domain, at :data:`FUSED_DOMAIN_VERSION`; in the
-    default domain, at the model's opset).
+    default domain, at the model's opset). ``arrays`` receives the values of initializers
+    the passes create (see the module docstring).
     """
 
     can_run: Callable[[str, str], bool] = _everyone
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)

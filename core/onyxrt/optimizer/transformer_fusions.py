@@ -21,7 +21,7 @@ import onnx
 from onnx import helper
 
 from .rewrite import DEFAULT_DOMAINS, Rewrite
-from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, FusionContext
+from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fuse_layer_norm", "fuse_gelu"]
 
@@ -43,7 +43,7 @@ def _next(rw: Rewrite, name: str, op_type: str) -> onnx.NodeProto | None:
     return node
 
 
-def _target(rw: Rewrite, ctx: FusionContext, op_type: str, since: int) -> str | None:
+def _target(rw: Rewrite, ctx: PassContext, op_type: str, since: int) -> str | None:
     """The domain to emit ``op_type`` in: the default one from the opset that defines it,
     else the fused domain; ``None`` when some provider of the session cannot run it."""
     if rw.opset() >= since:
@@ -69,9 +69,9 @@ def _reduces_last_axis(rw: Rewrite, node: onnx.NodeProto, rank: int | None) -> b
     return axes is not None and len(axes) == 1 and (axes[0] == -1 or (rank is not None and axes[0] == rank - 1))
 
 
-def fuse_layer_norm(model: onnx.ModelProto, ctx: FusionContext) -> onnx.ModelProto:
+def fuse_layer_norm(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """The decomposed layer normalization over the last axis → ``LayerNormalization``."""
-    rw = Rewrite(model)
+    rw = Rewrite(model, ctx.arrays)
     domain = _target(rw, ctx, "LayerNormalization", 17)
     if domain is None:
         return model
@@ -123,9 +123,9 @@ def fuse_layer_norm(model: onnx.ModelProto, ctx: FusionContext) -> onnx.ModelPro
     return rw.commit()
 
 
-def fuse_gelu(model: onnx.ModelProto, ctx: FusionContext) -> onnx.ModelProto:
+def fuse_gelu(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """Both GELU spellings → ``Gelu`` (``approximate`` "none" or "tanh")."""
-    rw = Rewrite(model)
+    rw = Rewrite(model, ctx.arrays)
     domain = _target(rw, ctx, "Gelu", 20)
     if domain is None:
         return model
