@@ -24,8 +24,9 @@ needs_simnpu = pytest.mark.skipif(
 )
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "ONYXRT_CLI_TRACEBACK"}
+def cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ONYXRT_CLI_TRACEBACK", "ONYXRT_PROGRESS")}
+    env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "onyxrt", *args], capture_output=True,
                           text=True, timeout=300, env=env)
 
@@ -136,16 +137,24 @@ def test_explain_json_equals_session_placement(resnet_path: str) -> None:
 @needs_simnpu
 def test_explain_html_is_self_contained(cnn_path: str, tmp_path: Path) -> None:
     out = tmp_path / "placement.html"
-    proc = cli("explain", cnn_path, "--providers", f"{SIMNPU},{CPU}", "--format", "html",
-               "--output", str(out))
+    proc = cli("explain", cnn_path, "--providers", f"{SIMNPU},{CPU}", "--dim", "batch=1",
+               "--format", "html", "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>")
-    assert "<svg" in page and SIMNPU in page
-    assert "http://" not in page and "https://" not in page and "<script" not in page
-    sess = ort.InferenceSession(cnn_path, providers=[SIMNPU, CPU])
+    assert '<svg id="placement-graph"' in page and SIMNPU in page
+    # Scripts and styles inline; nothing fetched from anywhere.
+    assert "http://" not in page and "https://" not in page
+    assert page.count("<script") == 1 and "<script>" in page and " src=" not in page
+    so = ort.SessionOptions()
+    so.add_free_dimension_override_by_name("batch", 1)
+    sess = ort.InferenceSession(cnn_path, so, providers=[SIMNPU, CPU])
     for node in sess.placement.nodes:
-        assert node.node in page
+        assert f'data-node="{node.node}"' in page
+    # The copies of 'input' onto the NPU (3136 bytes) and of the result back (40 bytes),
+    # marked on their edges.
+    assert page.count('class="edge copy"') == len(sess.placement.copies_per_run) == 2
+    assert "⇄ 3.1 KiB" in page and "⇄ 40 B" in page
 
 
 def test_explain_with_provider_option(cnn_path: str) -> None:
@@ -223,6 +232,23 @@ def test_run_bad_input_exits_2(cnn_path: str, tmp_path: Path) -> None:
     assert_no_traceback(proc)
 
 
+def test_run_json(cnn_path: str, tmp_path: Path) -> None:
+    proc = cli("run", cnn_path, "--dim", "batch=2", "--format", "json",
+               "--save", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # the whole of stdout is one object
+    assert data["providers_used"] == [CPU]
+    (out,) = data["outputs"]
+    assert out["name"] == "probabilities"
+    assert out["dtype"] == "float32" and out["shape"] == [2, 10]
+    saved = np.load(tmp_path / "out" / "probabilities.npy")
+    assert out["mean"] == pytest.approx(float(saved.mean()))
+    assert out["min"] == pytest.approx(float(saved.min()))
+    assert out["max"] == pytest.approx(float(saved.max()))
+    assert data["saved"] == [str(tmp_path / "out" / "probabilities.npy")]
+    assert data["run_time_ms"] > 0
+
+
 def test_run_int64_inputs_get_small_non_negative_values(tmp_path: Path) -> None:
     from onnx import TensorProto, helper
 
@@ -264,6 +290,20 @@ def test_bench_text(cnn_path: str) -> None:
     assert "top operators by time" in proc.stdout and "Conv" in proc.stdout
 
 
+def test_bench_progress_on_stderr(cnn_path: str) -> None:
+    # 10 runs + 2 warm-up + 11 profiled = 23 steps; stderr is a pipe: plain lines.
+    proc = cli("bench", cnn_path, "--runs", "10", "--warmup", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)  # progress never reaches stdout
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("bench:")]
+    assert 1 < len(lines) <= 10
+    assert lines[-1].startswith("bench: 100% (23/23, ")
+    quiet = cli("bench", cnn_path, "--runs", "10", "--warmup", "2",
+                env_extra={"ONYXRT_PROGRESS": "0"})
+    assert quiet.returncode == 0, quiet.stderr
+    assert "bench:" not in quiet.stderr
+
+
 # --------------------------------------------------------------------------- parity
 
 
@@ -290,6 +330,32 @@ def test_parity_fp16_npu_passes_generous_tolerance(cnn_path: str) -> None:
                "--rtol", "5e-2", "--atol", "1e-3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"A: {SIMNPU}" in proc.stdout and "parity ok" in proc.stdout
+
+
+def test_parity_json_pass(cnn_path: str) -> None:
+    proc = cli("parity", cnn_path, "--providers", CPU, "--vs", CPU, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] is True and data["failed"] == 0
+    assert data["a"]["providers_used"] == [CPU] and data["b"]["providers"] == [CPU]
+    assert (data["rtol"], data["atol"]) == (1e-3, 1e-5)
+    (out,) = data["outputs"]
+    assert out["name"] == "probabilities" and out["ok"] is True
+    assert out["max_abs"] == 0.0 and out["max_rel"] == 0.0 and out["mismatched"] == 0
+
+
+@needs_simnpu
+def test_parity_json_fail_keeps_exit_code_1(cnn_path: str) -> None:
+    proc = cli("parity", cnn_path, "--providers", f"{SIMNPU},{CPU}", "--vs", CPU,
+               "--option", f"{SIMNPU}.precision=fp16", "--dim", "batch=1",
+               "--rtol", "1e-7", "--atol", "0", "--format", "json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] is False and data["failed"] == 1
+    assert data["a"]["providers_used"] == [SIMNPU]
+    (out,) = data["outputs"]
+    assert out["ok"] is False and out["max_abs"] > 0 and out["max_rel"] > 1e-7
+    assert 0 < out["mismatched"] <= out["size"] == 10
 
 
 def test_parity_unknown_provider_exits_2(cnn_path: str) -> None:

@@ -11,12 +11,14 @@ Commands::
     onyxrt explain MODEL [--providers A,B] [--option P.key=value ...] [--dim name=value ...]
                          [--format text|json|html] [--output FILE]
         the session's placement report (``session.placement``), as text, JSON or a
-        self-contained HTML page.
+        self-contained HTML page with a picture of the graph (``placement_html``).
     onyxrt run MODEL [--input name=file.npy ...] [--dim ...] [--providers ...] [--save DIR]
+                     [--format text|json]
         one run on given or random inputs; per output dtype, shape, mean, min, max.
     onyxrt bench MODEL [--runs N] [--warmup N] [--providers ...] [--dim ...] [--format ...]
-        latency percentiles, throughput and the operators that took the most time.
-    onyxrt parity MODEL --providers A[,B] --vs C[,D] [--rtol R] [--atol A]
+        latency percentiles, throughput and the operators that took the most time
+        (progress on stderr, see ``onyxrt.progress``).
+    onyxrt parity MODEL --providers A[,B] --vs C[,D] [--rtol R] [--atol A] [--format text|json]
         runs both provider lists on the same random inputs and compares the outputs.
 
 Provider lists are comma-separated names; they are used in strict mode
@@ -36,7 +38,6 @@ EXIT CODES:
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import platform
@@ -53,7 +54,8 @@ from . import __version__
 from .discovery import catalog
 from .dtypes import elem_type_from_string, np_dtype
 from .errors import InvalidArgument, InvalidModel, OnyxError, ProviderUnavailable
-from .placement import PlacementReport
+from .placement_html import render_html
+from .progress import Progress
 from .session import InferenceSession, NodeArg
 from .session_options import STRICT_PROVIDERS_KEY, SessionOptions
 
@@ -63,11 +65,6 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_RUNTIME = 3
-
-#: Provider colours in the HTML page, by position in the session's provider list.
-_PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1")
-_CPU_COLOUR = "#9c9c9c"
-
 
 class CliError(Exception):
     """An error the CLI reports as one message and an exit code (no traceback)."""
@@ -240,6 +237,21 @@ def _stats(value: Any) -> dict[str, Any]:
     return info
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities as the strings "nan", "inf", "-inf" (strict JSON)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(_json_safe(data), indent=2, allow_nan=False)
+
+
 def _emit(text: str, output: str | None) -> None:
     if output is None:
         _out(text)
@@ -369,128 +381,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- explain
 
 
-def _colours(report: PlacementReport) -> dict[str, str]:
-    colours: dict[str, str] = {}
-    names = list(report.providers_session) + [n.provider for n in report.nodes]
-    for name in names:
-        if name not in colours:
-            colours[name] = (_CPU_COLOUR if name == "CPUExecutionProvider"
-                             else _PALETTE[len(colours) % len(_PALETTE)])
-    return colours
-
-
-def _flow_blocks(report: PlacementReport) -> list[tuple[str, list[Any]]]:
-    """Consecutive nodes on one provider, in execution order (what the page draws)."""
-    blocks: list[tuple[str, list[Any]]] = []
-    for n in report.nodes:
-        if blocks and blocks[-1][0] == n.provider:
-            blocks[-1][1].append(n)
-        else:
-            blocks.append((n.provider, [n]))
-    return blocks
-
-
-def render_html(report: PlacementReport, title: str) -> str:
-    """A self-contained page (no scripts, no network) showing ``report``."""
-    e = html.escape
-    colours = _colours(report)
-    legend = "".join(
-        f'<span class="chip" style="background:{c}">{e(p)}</span>' for p, c in colours.items()
-    )
-    copies_into: dict[str, list[Any]] = {}
-    for c in report.copies_per_run:
-        copies_into.setdefault(c.dst_provider, []).append(c)
-    flow: list[str] = []
-    for i, (provider, nodes) in enumerate(_flow_blocks(report)):
-        if i:
-            flow.append('<div class="arrow">&#8595;</div>')
-        chips = "".join(
-            f'<span class="node" title="{e(n.op_type)}{" in " + e(n.group) if n.group else ""}">'
-            f"{e(n.node)} <small>{e(n.op_type)}</small></span>"
-            for n in nodes
-        )
-        flow.append(
-            f'<div class="block" style="border-color:{colours[provider]}">'
-            f'<div class="head" style="background:{colours[provider]}">{e(provider)} '
-            f"&middot; {len(nodes)} node(s)</div>{chips}</div>"
-        )
-    bar_total = max(len(report.nodes), 1)
-    svg_parts, x = [], 0.0
-    for provider, nodes in _flow_blocks(report):
-        w = 1000.0 * len(nodes) / bar_total
-        svg_parts.append(
-            f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="24" fill="{colours[provider]}">'
-            f"<title>{e(provider)}: {len(nodes)} node(s)</title></rect>"
-        )
-        x += w
-    svg = ('<svg viewBox="0 0 1000 24" width="100%" height="24" '
-           f'role="img">{"".join(svg_parts)}</svg>')
-
-    def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-        if not rows:
-            return "<p><em>none</em></p>"
-        head = "".join(f"<th>{e(h)}</th>" for h in headers)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{e('' if v is None else str(v))}</td>" for v in r) + "</tr>"
-            for r in rows
-        )
-        return f"<table><tr>{head}</tr>{body}</table>"
-
-    node_rows = "".join(
-        f'<tr><td>{i}</td><td>{e(n.node)}</td><td>{e(n.op_type)}</td>'
-        f'<td><span class="chip" style="background:{colours[n.provider]}">{e(n.provider)}'
-        f"</span></td><td>{e(n.group or '')}</td></tr>"
-        for i, n in enumerate(report.nodes)
-    )
-    summary = "<br>".join(e(line) for line in report.summary_lines())
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; color: #222; }}
-.chip {{ color: #fff; padding: 2px 8px; border-radius: 4px; margin-right: 6px;
-        display: inline-block; }}
-.block {{ border: 3px solid; border-radius: 6px; margin: 0 auto; max-width: 900px; }}
-.head {{ color: #fff; padding: 4px 8px; font-weight: bold; }}
-.node {{ display: inline-block; border: 1px solid #ccc; border-radius: 4px; margin: 4px;
-        padding: 2px 6px; font-size: 90%; }}
-.arrow {{ text-align: center; font-size: 150%; }}
-table {{ border-collapse: collapse; margin-bottom: 1em; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
-</style></head><body>
-<h1>{e(title)}</h1>
-<p>{summary}</p>
-<p>{legend}</p>
-{svg}
-<h2>Flow (execution order)</h2>
-{"".join(flow)}
-<h2>Nodes</h2>
-<table><tr><th>#</th><th>node</th><th>op</th><th>provider</th><th>group</th></tr>{node_rows}
-</table>
-<h2>Fused groups</h2>
-{table(["group", "provider", "nodes", "inputs", "outputs"],
-       [(g.name, g.provider, len(g.nodes), ", ".join(g.inputs), ", ".join(g.outputs))
-        for g in report.groups])}
-<h2>Copies</h2>
-{table(["value", "from", "to", "bytes", "per run"],
-       [(c.value, f"{c.src} ({c.src_provider})", f"{c.dst} ({c.dst_provider})",
-         "dynamic" if c.nbytes is None else c.nbytes, "yes" if c.per_run else "at creation")
-        for c in report.copies])}
-<h2>Refusals</h2>
-{table(["node", "op", "provider", "category", "reason"],
-       [(r.node, r.op_type, r.provider, r.category, r.reason) for r in report.refusals])}
-<h2>Fallbacks</h2>
-{table(["provider", "reason", "fix"], [(f.provider, f.reason, f.fix) for f in report.fallbacks])}
-</body></html>
-"""
-
-
 def cmd_explain(args: argparse.Namespace) -> int:
     """``onyxrt explain``: the session's placement report, as it is."""
-    report = _session_from_args(args).placement
+    session = _session_from_args(args)
+    report = session.placement
     if args.format == "json":
         text = report.to_json()
     elif args.format == "html":
-        text = render_html(report, f"onyxrt placement: {os.path.basename(args.model)}")
+        # The picture needs the edges, which the report does not hold: they come from the
+        # session's (optimized) graph, whose node names are the report's. InferenceSession
+        # has no public accessor for it (yet), hence the private attribute.
+        text = render_html(report, session._graph,
+                           f"onyxrt placement: {os.path.basename(args.model)}")
     else:
         text = str(report)
     _emit(text, args.output)
@@ -506,7 +408,7 @@ def _safe_file_name(name: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``onyxrt run``: one run; prints a summary of every output."""
+    """``onyxrt run``: one run; prints a summary of every output (text or one JSON object)."""
     session = _session_from_args(args)
     notes: list[str] = []
     feeds = _feeds(session, _load_inputs(args.input, session), args.seed, notes)
@@ -516,14 +418,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     outputs = session.run(None, feeds)
     elapsed_ms = (time.perf_counter() - t0) * 1e3
-    _out(f"providers used: {', '.join(session.placement.providers_used)}")
-    for name, value in zip(names, outputs):
-        s = _stats(value)
-        line = f"{name}: {s['dtype']} {tuple(s['shape'])}"
-        if "mean" in s:
-            line += f" mean={s['mean']:.6g} min={s['min']:.6g} max={s['max']:.6g}"
-        _out(line)
-    _out(f"run time: {elapsed_ms:.3f} ms")
+    saved: list[str] = []
     if args.save:
         folder = Path(args.save)
         try:
@@ -531,9 +426,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             for name, value in zip(names, outputs):
                 path = folder / f"{_safe_file_name(name)}.npy"
                 np.save(path, np.asarray(value))
-                _out(f"saved {path}")
+                saved.append(str(path))
         except OSError as exc:
             raise CliError(f"--save {args.save}: {exc}") from None
+    summaries = [{"name": name, **_stats(value)} for name, value in zip(names, outputs)]
+    if args.format == "json":
+        _out(_json({
+            "model": args.model,
+            "providers_used": list(session.placement.providers_used),
+            "outputs": summaries,
+            "run_time_ms": elapsed_ms,
+            "saved": saved,
+        }))
+        return EXIT_OK
+    _out(f"providers used: {', '.join(session.placement.providers_used)}")
+    for s in summaries:
+        line = f"{s['name']}: {s['dtype']} {tuple(s['shape'])}"
+        if "mean" in s:
+            line += f" mean={s['mean']:.6g} min={s['min']:.6g} max={s['max']:.6g}"
+        _out(line)
+    _out(f"run time: {elapsed_ms:.3f} ms")
+    for saved_path in saved:
+        _out(f"saved {saved_path}")
     return EXIT_OK
 
 
@@ -564,25 +478,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     feeds = _feeds(session, {}, args.seed, notes)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    for _ in range(args.warmup):
-        session.run(None, feeds)
+    profile_runs = min(args.runs, 10)
     times = []
-    for _ in range(args.runs):
-        t0 = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - t0)
+    # Progress on stderr (stdout is the result); advance() is outside the timed region.
+    with Progress(args.warmup + args.runs + profile_runs + 1, "bench") as progress:
+        for _ in range(args.warmup):
+            session.run(None, feeds)
+            progress.advance()
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            session.run(None, feeds)
+            times.append(time.perf_counter() - t0)
+            progress.advance()
+        # Operator times from a separate profiled session, so profiling does not skew
+        # latency.
+        with tempfile.TemporaryDirectory(prefix="onyxrt-bench-") as tmp:
+            profiled = _make_session(args.model, providers, options, dims,
+                                     profile_prefix=os.path.join(tmp, "bench"))
+            for _ in range(profile_runs + 1):  # the first is a warm-up, counted too
+                profiled.run(None, feeds)
+                progress.advance()
+            op_totals = _op_times(profiled.end_profiling())
     ms = np.asarray(times) * 1e3
     p50, p90, p99 = (float(np.percentile(ms, q)) for q in (50, 90, 99))
     throughput = args.runs / float(np.sum(times))
-    # Operator times from a separate profiled session, so profiling does not skew latency.
-    with tempfile.TemporaryDirectory(prefix="onyxrt-bench-") as tmp:
-        profiled = _make_session(args.model, providers, options, dims,
-                                 profile_prefix=os.path.join(tmp, "bench"))
-        profiled.run(None, feeds)  # warm-up, counted like the others
-        profile_runs = min(args.runs, 10)
-        for _ in range(profile_runs):
-            profiled.run(None, feeds)
-        op_totals = _op_times(profiled.end_profiling())
     total_us = sum(op_totals.values()) or 1.0
     top = sorted(op_totals.items(), key=lambda kv: -kv[1])[: args.top]
     ops = [
@@ -660,23 +579,36 @@ def cmd_parity(args: argparse.Namespace) -> int:
     names = [o.name for o in left.get_outputs()]
     out_left = left.run(None, feeds)
     out_right = right.run(None, feeds)
-    _out(f"A: {', '.join(left.placement.providers_used)}")
-    _out(f"B: {', '.join(right.placement.providers_used)}")
     if left.placement.providers_used == right.placement.providers_used:
         print("note: both sides ran on the same providers; `onyxrt explain` shows why a "
               "provider declined nodes (e.g. a symbolic dimension: fix it with --dim)",
               file=sys.stderr)
+    results = [{"name": name, **_compare(a, b, args.rtol, args.atol)}
+               for name, a, b in zip(names, out_left, out_right)]
+    failed = sum(not r["ok"] for r in results)
+    if args.format == "json":
+        _out(_json({
+            "model": args.model,
+            "a": {"providers": left_names, "providers_used": list(left.placement.providers_used)},
+            "b": {"providers": right_names,
+                  "providers_used": list(right.placement.providers_used)},
+            "rtol": args.rtol,
+            "atol": args.atol,
+            "outputs": results,
+            "failed": failed,
+            "ok": not failed,
+        }))
+        return EXIT_FAILURE if failed else EXIT_OK
+    _out(f"A: {', '.join(left.placement.providers_used)}")
+    _out(f"B: {', '.join(right.placement.providers_used)}")
     _out(f"tolerance: |A - B| <= atol + rtol * |B| with rtol={args.rtol:g} atol={args.atol:g}")
-    failed = 0
-    for name, a, b in zip(names, out_left, out_right):
-        r = _compare(a, b, args.rtol, args.atol)
+    for r in results:
         verdict = "ok" if r["ok"] else "FAIL"
-        failed += not r["ok"]
         if r.get("max_abs") is None:
-            _out(f"{name}: {verdict} {r['problem']}")
+            _out(f"{r['name']}: {verdict} {r['problem']}")
             continue
         detail = f" ({r['mismatched']} of {r['size']} elements outside tolerance)" if not r["ok"] else ""
-        _out(f"{name}: max abs diff {r['max_abs']:.3e}, max rel diff {r['max_rel']:.3e}: "
+        _out(f"{r['name']}: max abs diff {r['max_abs']:.3e}, max rel diff {r['max_rel']:.3e}: "
              f"{verdict}{detail}")
     if failed:
         _out(f"parity FAILED: {failed} of {len(names)} output(s) outside tolerance")
@@ -736,6 +668,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     p.add_argument("--save", metavar="DIR", help="save every output as DIR/<name>.npy")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="json: one object on stdout (outputs' summaries, run time, saved files)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="latency percentiles, throughput and top operators")
@@ -754,6 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=1e-3)
     p.add_argument("--atol", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="json: one object on stdout (per output max abs/rel diff and ok); "
+                   "the exit code is the same")
     p.set_defaults(func=cmd_parity)
     return parser
 
