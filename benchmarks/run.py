@@ -10,8 +10,9 @@
 Models come from ``onyxrt.testing.models`` at their full sizes with random weights. One
 table per batch size; per model:
 
-* latency: the medians of ``--runs`` interleaved runs of onyxrt and onnxruntime (after one
-  warm-up run each; this machine is noisy) and their ratio;
+* latency: the medians over ``--runs`` alternating blocks of onyxrt and onnxruntime runs
+  (each block one untimed run, then two timed ones, so neither runtime pays for the
+  other's still-spinning threads; this machine is noisy) and their ratio;
 * ``onnx.reference``: the median of ``--reference-runs`` runs and how many times faster
   onyxrt is, or the exception type when it cannot run the model;
 * session creation: the median of 3 for each runtime;
@@ -271,6 +272,10 @@ def measure_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
         return None, type(exc).__name__
 
 
+# Timed runs per block in time_interleaved (the block's first run is not timed).
+BLOCK_RUNS = 2
+
+
 def time_interleaved(data: bytes, feeds: dict[str, np.ndarray],
                      runs: int) -> tuple[float, float, float, float, float]:
     """Median run and creation times (s) of onyxrt and onnxruntime, and the max relative
@@ -278,9 +283,13 @@ def time_interleaved(data: bytes, feeds: dict[str, np.ndarray],
     ours, theirs, create_ours, create_theirs = _create_both(data)
     rel = max_rel_diff(ours.run(None, feeds), theirs.run(None, feeds))
     t_ours, t_theirs = [], []
+    # Alternating blocks, each opened by an untimed run: after a run both runtimes' thread
+    # pools keep spinning for a while (onnxruntime's intra-op threads, OpenBLAS's), which
+    # would bill one runtime for the other's idle threads if single runs alternated.
     for _ in range(runs):
-        t_ours.append(_timed(lambda: ours.run(None, feeds)))
-        t_theirs.append(_timed(lambda: theirs.run(None, feeds)))
+        for session, times in ((ours, t_ours), (theirs, t_theirs)):
+            session.run(None, feeds)
+            times.extend(_timed(lambda s=session: s.run(None, feeds)) for _ in range(BLOCK_RUNS))
     return (statistics.median(t_ours), statistics.median(t_theirs), create_ours, create_theirs,
             rel)
 
@@ -455,7 +464,7 @@ def run_table(args: argparse.Namespace, batch: int) -> dict[str, Any]:
         if memory:
             row.memory = {r: measure_memory(r, name, batch) for r in RUNTIMES}
         rows.append(row)
-    print(f"\nbatch {batch}: median of {args.runs} interleaved runs after a warm-up run")
+    print(f"\nbatch {batch}: medians over {args.runs} alternating blocks of {BLOCK_RUNS} timed runs")
     print(format_table(_headers(reference, memory),
                        [_cells(r, reference, memory) for r in rows], args.markdown))
     result: dict[str, Any] = {"batch": batch, "rows": [asdict(r) | {"ratio": r.ratio} for r in rows],
