@@ -19,6 +19,7 @@ from onyxrt.devices import Device
 from onyxrt.graph import GraphView
 from onyxrt.kernels import Kernel
 from onyxrt.options import Option, OptionSchema
+from onyxrt.progress import Progress
 from onyxrt.protocol import Capability, ExecutionProvider, FusedSubgraph, ProbeResult
 
 from . import __version__
@@ -118,15 +119,18 @@ class SimNPUExecutionProvider(ExecutionProvider):
         return plan_capability(graph, self.options)
 
     def compile(self, subgraphs: Sequence[FusedSubgraph]) -> Sequence[Kernel]:
-        """Compile each group (or load it from the cache) into a program kernel."""
+        """Compile each group (or load it from the cache) into a program kernel, with a
+        progress display on stderr when there are many groups (see ``onyxrt.progress``)."""
         kernels = []
-        for group in subgraphs:
-            key = cache_key(group, self.options, __version__)
-            program = self.cache.load(key)
-            if program is None:
-                program = compile_group(group, self.options["precision"])
-                self.cache.store(key, program)
-            kernels.append(NpuProgramKernel(group, program, self))
+        with Progress(len(subgraphs), f"{self.name}: compiling groups") as progress:
+            for group in subgraphs:
+                key = cache_key(group, self.options, __version__)
+                program = self.cache.load(key)
+                if program is None:
+                    program = compile_group(group, self.options["precision"])
+                    self.cache.store(key, program)
+                kernels.append(NpuProgramKernel(group, program, self))
+                progress.advance()
         return kernels
 
     def data_transfer(self) -> SimNPUTransfer:

@@ -339,3 +339,33 @@ def test_onnx_model_with_static_shapes_loads_from_file(tmp_path):
     session = ort.InferenceSession(str(path), _static(), providers=[NPU, CPU])
     assert session.get_providers() == [NPU, CPU]
     assert session.run(None, {"input": _image()})[0].shape == (1, 10)
+
+
+def test_compiling_many_groups_shows_progress_on_stderr(tmp_path):
+    # Relu runs on the NPU, Abs does not (not in its op set): 6 NPU groups split by the CPU.
+    nodes, prev = [], "x"
+    for i in range(6):
+        nodes.append(helper.make_node("Relu", [prev], [f"r{i}"], name=f"relu{i}"))
+        nodes.append(helper.make_node("Abs", [f"r{i}"], [f"a{i}"], name=f"abs{i}"))
+        prev = f"a{i}"
+    graph = helper.make_graph(
+        nodes, "groups", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [2, 8])],
+    )
+    path = tmp_path / "groups.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    code = (
+        "import onyxrt, sys\n"
+        f"s = onyxrt.InferenceSession({str(path)!r}, providers=[{NPU!r}, {CPU!r}])\n"
+        f"print(len(s.placement.groups))\n"
+    )
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ONYXRT_PROGRESS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "6"
+    lines = [line for line in proc.stderr.splitlines() if "compiling groups" in line]
+    assert lines and "6/6" in lines[-1], proc.stderr
