@@ -348,3 +348,26 @@ def test_every_pass_is_named_and_levelled():
     names = [p.name for p in PASSES]
     assert len(set(names)) == len(names)
     assert all(p.level in (LEVEL.ORT_ENABLE_BASIC, LEVEL.ORT_ENABLE_EXTENDED) for p in PASSES)
+
+
+def test_constants_of_higher_rank_that_broadcast_block_the_fusion(tmp_path):
+    # x * 0.5 * (1 + erf(x / sqrt 2)) with a (1, 1, 1) "0.5": the result has rank 3, not
+    # x's rank 1, so it is not a Gelu of x; the same for a matmul scale of higher rank.
+    g = models._Graph(0, 17)
+    y = models._gelu_erf(g, "x", "gelu")
+    model = _graph_model(g, "x", y, [6])
+    half = next(t for t in model.graph.initializer if t.name == "const.half")
+    half.dims[:] = [1, 1, 1]
+    ops = _optimized_ops(model, tmp_path)
+    assert "Gelu" not in ops
+    _assert_equivalent(model, {"x": _randn(6)})
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+        helper.make_node("Mul", ["m", "s"], ["y"], name="scale"),
+    ]
+    model = make_model(
+        nodes, [tensor("x", [2, 3])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        {"w": np.ones((3, 4), np.float32), "s": np.full((1, 1, 1), 2.0, np.float32)},
+    )
+    assert _optimized_ops(model, tmp_path) == ["MatMul", "Mul"]
+    _assert_equivalent(model, {"x": _randn(2, 3)})

@@ -85,6 +85,8 @@ def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
                 out = nxt.output[0]
         if len(pattern) == 1 or not rw.claimable(pattern):
             continue
+        if out != mm.output[0] and (rw.shape(out) is None or rw.shape(out) != rw.shape(mm.output[0])):
+            continue  # a scale or bias of higher rank broadcast the product: keep it plain
         inputs = [*operands, bias] if bias else operands
         two_d = _rank(rw, operands[0]) == 2 and _rank(rw, operands[1]) == 2
         if two_d and rw.opset() >= 11 and ctx.can_run("", "Gemm"):

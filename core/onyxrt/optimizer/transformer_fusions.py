@@ -115,6 +115,8 @@ def fuse_layer_norm(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto
             out = node.output[0]
         if len(inputs) == 1 or not rw.claimable(pattern):
             continue  # without a scale LayerNormalization needs a ones tensor; keep it plain
+        if rw.shape(out) != shape:
+            continue  # a constant of higher rank broadcast the result: not a plain LayerNorm
         fused = helper.make_node(
             "LayerNormalization", inputs, [out], name=mean.name or out, domain=domain,
             axis=-1, epsilon=float(eps),
@@ -143,6 +145,8 @@ def fuse_gelu(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
         dtype = rw.dtype(x)
         if dtype is None or dtype.kind != "f" or not rw.claimable(pattern):
             continue
+        if rw.shape(x) is None or rw.shape(out) != rw.shape(x):
+            continue  # a constant of higher rank broadcast the result: not a plain GELU
         fused = helper.make_node(
             "Gelu", [x], [out], name=node.name or out, domain=domain, approximate=approximate
         )
