@@ -14,13 +14,11 @@ See ``onyxrt.optimizer`` for the patterns that produce them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
+from onyxrt.optimizer.activations import activation
 
 from . import registry
 from ._spatial import compute_dtype
@@ -30,76 +28,15 @@ from .normalization import LayerNormalization
 
 __all__ = ["FusedConv", "FusedMatMul"]
 
-InPlace = Callable[[np.ndarray], None]
-
-
-def _relu(y: np.ndarray) -> None:
-    np.maximum(y, 0, out=y)
-
-
-def _sigmoid(y: np.ndarray) -> None:
-    with np.errstate(over="ignore"):  # exp(-y) -> inf gives 1/inf = 0, the right limit
-        np.negative(y, out=y)
-        np.exp(y, out=y)
-    y += 1
-    np.reciprocal(y, out=y)
-
-
-def _tanh(y: np.ndarray) -> None:
-    np.tanh(y, out=y)
-
-
-def _activation(info: KernelInfo) -> InPlace | None:
-    """The in-place activation named by the node's attributes."""
-    name = info.attr("activation", "") or ""
-    params = [float(v) for v in info.attr("activation_params", []) or []]
-    if name == "":
-        return None
-    if name == "Relu":
-        return _relu
-    if name == "Sigmoid":
-        return _sigmoid
-    if name == "Tanh":
-        return _tanh
-    if name == "LeakyRelu" and len(params) == 1:
-        alpha = params[0]
-
-        def leaky(y: np.ndarray) -> None:
-            np.multiply(y, y.dtype.type(alpha), out=y, where=y < 0)
-
-        return leaky
-    if name == "HardSigmoid" and len(params) == 2:
-        alpha, beta = params
-
-        def hard_sigmoid(y: np.ndarray) -> None:
-            y *= y.dtype.type(alpha)
-            y += y.dtype.type(beta)
-            np.clip(y, 0, 1, out=y)
-
-        return hard_sigmoid
-    if name == "Clip" and len(params) == 2:
-        lo, hi = params
-
-        def clip(y: np.ndarray) -> None:
-            # max then min, as Clip defines it (min > max gives max)
-            np.maximum(y, y.dtype.type(lo), out=y)
-            np.minimum(y, y.dtype.type(hi), out=y)
-
-        return clip
-    raise InvalidGraph(
-        f"node {info.node_name!r} (FusedConv): unsupported activation {name!r} with "
-        f"parameters {params}; expected Relu, Sigmoid, Tanh, LeakyRelu[alpha], "
-        "HardSigmoid[alpha, beta] or Clip[min, max]"
-    )
-
-
 @registry.register("FusedConv", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
 class FusedConv(Conv):
     """Conv + bias + optional residual Z + optional activation, in place on one buffer."""
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.act = _activation(info)
+        self.act = activation(
+            info.node_name, info.attr("activation", "") or "", info.attr("activation_params", []) or []
+        )
 
     def compute(self, x, w, b=None, z=None):
         (y,) = super().compute(x, w, b)
@@ -110,7 +47,7 @@ class FusedConv(Conv):
                 raise ValueError(f"residual Z has shape {z.shape}, the convolution gives {y.shape}")
             y += z
         if self.act is not None:
-            self.act(y)
+            self.act(np, y)
         return (y.astype(x.dtype, copy=False),)
 
 

@@ -17,6 +17,7 @@ from . import (  # noqa: E402,F401
     activation,
     conv,
     elementwise,
+    fused,
     linalg,
     normalization,
     pool,

@@ -129,7 +129,7 @@ class GPUProviderTests:
         session = self._session(model)
         report = session.placement
         on_gpu = report.nodes_by_provider().get(self.provider, [])
-        assert len(on_gpu) > len(model.graph.node) // 2, report
+        assert len(on_gpu) > len(report.nodes) // 2, report  # nodes after the optimizer
         for node in report.nodes:  # what stays on CPU is shape computation or has no GPU kernel
             if node.provider == CPU:
                 assert report.refusals_for(node.node), f"{node.node} on CPU without a reason"
@@ -137,6 +137,17 @@ class GPUProviderTests:
         for a, b in zip(got, expected):
             assert a.dtype == b.dtype and a.shape == b.shape
             assert _max_rel(a, b) < 1e-4, f"{name}: {_max_rel(a, b):.2e}"
+
+    @pytest.mark.parametrize(("name", "fused"), [
+        ("resnet", {"FusedConv"}), ("mobilenet_v2", {"FusedConv"}), ("bert", {"FusedMatMul", "Gelu"}),
+        ("gpt2", {"FusedMatMul", "Gelu"}),
+    ])
+    def test_the_optimizers_fused_operators_run_on_the_gpu(self, name: str, fused: set[str]) -> None:
+        # The GPU registers the ai.onyxrt kernels, so a [GPU, CPU] session is optimized like
+        # a CPU one and the fused nodes land on the GPU (results: test_matches_the_cpu_provider).
+        session = self._session(_MODELS[name]())
+        on_gpu = {n.op_type for n in session.placement.nodes if n.provider == self.provider}
+        assert fused <= on_gpu, on_gpu
 
     # -- copies --------------------------------------------------------------------------------
     def test_copies_per_run_are_exactly_the_predicted_ones(self, sim: Any) -> None:

@@ -1,0 +1,74 @@
+"""GPU kernels for the optimizer's fused operators (domain ``ai.onyxrt``, version 1).
+
+The same semantics as the CPU's (``onyxrt_cpu.kernels.fused``; see ``onyxrt.optimizer``):
+``FusedConv`` adds the bias, the residual ``Z`` and applies the activation in place on the
+convolution's output (activations from ``onyxrt.optimizer.activations``, shared with the
+CPU); ``FusedMatMul`` is ``alpha * A' @ B' + bias`` with transposed views handed to
+cuBLAS/hipBLAS by flag. ``Gelu`` and ``LayerNormalization`` are the standard kernels,
+registered in the fused domain for models whose opset predates them.
+"""
+
+from __future__ import annotations
+
+from onyxrt.kernels import KernelInfo
+from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
+from onyxrt.optimizer.activations import activation
+
+from . import registry
+from ._common import FLOATS, GpuKernel
+from .activation import Gelu
+from .conv import Conv
+from .normalization import LayerNormalization
+
+__all__ = ["FusedConv", "FusedMatMul"]
+
+
+@registry.register("FusedConv", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN, types={"T": FLOATS})
+class FusedConv(Conv):
+    """Conv + bias + optional residual Z + optional activation, in place on one buffer."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.act = activation(
+            info.node_name, info.attr("activation", "") or "", info.attr("activation_params", []) or []
+        )
+
+    def compute(self, x, w, b=None, z=None):
+        (y,) = super().compute(x, w, b)
+        if z is not None:
+            if tuple(z.shape) != tuple(y.shape):
+                raise ValueError(f"residual Z has shape {z.shape}, the convolution gives {y.shape}")
+            y += z
+        if self.act is not None:
+            self.act(self.cp, y)
+        return (y,)
+
+
+@registry.register("FusedMatMul", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN, types={"T": FLOATS})
+class FusedMatMul(GpuKernel):
+    """Y = alpha * A' @ B' + bias; A'/B' swap their last two axes when transA/transB."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.alpha = float(info.attr("alpha", 1.0))
+        self.trans_a = bool(info.attr("transA", 0))
+        self.trans_b = bool(info.attr("transB", 0))
+
+    def compute(self, a, b, bias=None):
+        if a.ndim < 2 or b.ndim < 2:
+            raise ValueError(f"FusedMatMul operands must have rank >= 2, got {a.shape} and {b.shape}")
+        cp = self.cp
+        am = cp.swapaxes(a, -1, -2) if self.trans_a else a
+        bm = cp.swapaxes(b, -1, -2) if self.trans_b else b
+        y = cp.matmul(am, bm)
+        if self.alpha != 1.0:
+            y *= y.dtype.type(self.alpha)
+        if bias is not None:
+            y += bias.astype(y.dtype, copy=False)
+        return (y,)
+
+
+registry.register("Gelu", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN, types={"T": FLOATS})(Gelu)
+registry.register(
+    "LayerNormalization", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN, types={"T": FLOATS, "U": FLOATS}
+)(LayerNormalization)
