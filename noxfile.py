@@ -5,6 +5,8 @@
     nox -s tests_core    # core tests only, with the CPU plugin
     nox -s "plugin(cpu)" # one plugin: fresh env with core + that plugin, smoke import, its tests
     nox -s lint typecheck
+    nox -s docs          # the documentation site (mkdocs build --strict) and its tests
+    nox -s template      # a provider generated from plugins/_template, pip-installed as a third party
 
 Every session builds its own virtualenv and installs the packages from this checkout, so
 a fresh clone needs nothing but Python and nox.
@@ -12,6 +14,7 @@ a fresh clone needs nothing but Python and nox.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import nox
@@ -37,6 +40,9 @@ LIBRARIES = [f for f in _FOLDERS if f not in PLUGINS]
 EXCLUSIVE_DEPENDENCIES = {"rocm"}
 # Test-only dependencies (onnxruntime is a test oracle only, never a runtime dependency).
 TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime>=1.20", "onnx==1.23.2", "pillow>=10"]
+# The documentation site: MkDocs + Material, API reference from docstrings (mkdocstrings;
+# ruff formats the signatures it shows).
+DOCS_REQUIREMENTS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29", "ruff"]
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -81,6 +87,8 @@ def tests(session: nox.Session) -> None:
     ]
     session.run("python", "-m", "pytest", *test_dirs, *session.posargs)
     session.notify("plugin_lifecycle")
+    session.notify("docs")
+    session.notify("template")
 
 
 @nox.session
@@ -153,6 +161,48 @@ def plugin_lifecycle(session: nox.Session) -> None:
         session.run("python", "-c", _LIFECYCLE_CHECK, dist, "present")
         session.run("python", "-m", "pip", "uninstall", "-y", dist)
         session.run("python", "-c", _LIFECYCLE_CHECK, dist, "absent")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site in strict mode (a broken link or reference, or a page
+    missing from the nav, fails), then check the built API reference (tests/test_docs.py).
+    The site is left in ``site/``."""
+    _install_project(session, [])
+    session.install(*DOCS_REQUIREMENTS, "pytest>=8")
+    site = ROOT / "site"
+    # NO_MKDOCS_2_WARNING: Material prints a banner about MkDocs 2 on every build.
+    env = {"NO_MKDOCS_2_WARNING": "1"}
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site), env=env)
+    session.run("python", "-m", "pytest", "-q", "tests/test_docs.py", env={"ONYXRT_DOCS_SITE": str(site)})
+
+
+TEMPLATE = ROOT / "plugins" / "_template"
+
+
+@nox.session
+def template(session: nox.Session) -> None:
+    """The provider author's path, as a third party walks it: generate a package from
+    plugins/_template into a temporary folder, ``pip install`` it from there, check it is
+    listed, run its own tests (the conformance suite) and a model with it beside the CPU.
+    The same for the package built in docs/writing-a-provider.md."""
+    _install_project(session, [])
+    session.install("pytest>=8")
+    outside = Path(session.create_tmp()) / "third-party"
+    if outside.exists():
+        shutil.rmtree(outside)
+    outside.mkdir()
+    # A reused env may hold the packages from a previous run.
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", "onyxrt-myaccel", "onyxrt-tiny")
+    session.run("python", str(TEMPLATE / "generate.py"), "--name", "MyAccel", "--dest", str(outside))
+    session.run("python", str(ROOT / "tests/test_docs.py"), "extract", str(outside))
+    packages = {"onyxrt-myaccel": "MyAccelExecutionProvider", "onyxrt-tiny": "TinyExecutionProvider"}
+    session.install(*[str(outside / dist) for dist in packages])
+    with session.chdir(outside):  # away from this checkout: its tests and config
+        for dist, provider in packages.items():
+            session.run("python", str(TEMPLATE / "check_installed.py"), provider, dist)
+            session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{dist}/tests")
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", *packages)
 
 
 @nox.session
