@@ -85,7 +85,8 @@ def tests(session: nox.Session) -> None:
     test_dirs = ["tests"] + [
         f"plugins/{p}/tests" for p in LIBRARIES + _installable_plugins() if (ROOT / "plugins" / p / "tests").is_dir()
     ]
-    session.run("python", "-m", "pytest", *test_dirs, *session.posargs)
+    # tests/integrations needs optional frameworks (Ray): its own session, `ray`.
+    session.run("python", "-m", "pytest", *test_dirs, "--ignore=tests/integrations", *session.posargs)
     session.notify("plugin_lifecycle")
     session.notify("docs")
     session.notify("template")
@@ -96,7 +97,7 @@ def tests_core(session: nox.Session) -> None:
     """Core tests only (the CPU plugin is installed, as the core depends on it)."""
     _install_project(session, [])
     session.install(*TEST_REQUIREMENTS)
-    session.run("python", "-m", "pytest", "tests", *session.posargs)
+    session.run("python", "-m", "pytest", "tests", "--ignore=tests/integrations", *session.posargs)
 
 
 @nox.session
@@ -142,6 +143,14 @@ else:
     assert not providers and not entry_points, "plugin still listed after uninstall"
     assert available == ["CPUExecutionProvider"], available
 """
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """Batch inference on Ray Data: onyxrt[ray] and tests/integrations (a local 2-CPU cluster)."""
+    # As _install_project does, in one pip call, with the core's `ray` extra.
+    session.install(".[ray]", *[f"./plugins/{p}" for p in [*LIBRARIES, "cpu"]], "pytest>=8")
+    session.run("python", "-m", "pytest", "tests/integrations", "-s", *session.posargs)
 
 
 @nox.session
