@@ -169,6 +169,12 @@ class ArenaAllocator:
         self._regions: dict[int, _Region] = {}
         self._region_ids = 0
         self._lock = threading.Lock()
+        # Buffers are freed by weakref finalizers, which the garbage collector may run in
+        # the middle of allocate() on the thread holding the lock (a cycle collected when a
+        # tuple is created): such a free is deferred until the holder lets go, instead of
+        # re-locking (a deadlock) or editing the free lists under the holder's feet.
+        self._owner = 0
+        self._deferred: list[Allocation] = []
         self._in_use = 0
         self._peak = 0
         self._allocs = 0
@@ -180,7 +186,8 @@ class ArenaAllocator:
         if nbytes < 0:
             raise ValueError(f"{self.name}: cannot allocate a negative size ({nbytes})")
         size = _align(nbytes)
-        with self._lock:
+        self._acquire()
+        try:
             found = self._best_fit(size)
             if found is None:
                 rid = self._extend(size, nbytes)
@@ -198,6 +205,20 @@ class ArenaAllocator:
             self._allocs += 1
             view = self.memory.view(region.handle, offset, size)
             return Allocation(rid, offset, size, nbytes, view, id(self))
+        finally:
+            self._release()
+
+    def _acquire(self) -> None:
+        self._lock.acquire()
+        self._owner = threading.get_ident()
+
+    def _release(self) -> None:
+        try:
+            while self._deferred:
+                self._free_locked(self._deferred.pop())
+        finally:
+            self._owner = 0
+            self._lock.release()
 
     def _best_fit(self, size: int) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
@@ -242,44 +263,57 @@ class ArenaAllocator:
 
     def free(self, allocation: Allocation) -> None:
         """Return a block, merging it with free neighbours."""
-        with self._lock:
-            region = self._regions.get(allocation.region)
-            if region is None or allocation.arena != id(self):
-                raise ValueError(f"{self.name}: block does not belong to this arena")
-            blocks = region.free_blocks
-            start, size = allocation.offset, allocation.size
-            i = bisect.bisect_left(blocks, (start, 0))
-            if i < len(blocks) and blocks[i][0] < start + size or (
-                i > 0 and blocks[i - 1][0] + blocks[i - 1][1] > start
-            ):
-                raise ValueError(f"{self.name}: block at offset {start} freed twice")
-            if i < len(blocks) and blocks[i][0] == start + size:
-                size += blocks[i][1]
-                del blocks[i]
-            if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == start:
-                start = blocks[i - 1][0]
-                size += blocks[i - 1][1]
-                del blocks[i - 1]
-                i -= 1
-            blocks.insert(i, (start, size))
-            region.used -= allocation.size
-            self._in_use -= allocation.size
-            self._frees += 1
+        if self._owner == threading.get_ident():  # a finalizer run inside our own locked section
+            self._deferred.append(allocation)
+            return
+        self._acquire()
+        try:
+            self._free_locked(allocation)
+        finally:
+            self._release()
+
+    def _free_locked(self, allocation: Allocation) -> None:
+        region = self._regions.get(allocation.region)
+        if region is None or allocation.arena != id(self):
+            raise ValueError(f"{self.name}: block does not belong to this arena")
+        blocks = region.free_blocks
+        start, size = allocation.offset, allocation.size
+        i = bisect.bisect_left(blocks, (start, 0))
+        if i < len(blocks) and blocks[i][0] < start + size or (
+            i > 0 and blocks[i - 1][0] + blocks[i - 1][1] > start
+        ):
+            raise ValueError(f"{self.name}: block at offset {start} freed twice")
+        if i < len(blocks) and blocks[i][0] == start + size:
+            size += blocks[i][1]
+            del blocks[i]
+        if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == start:
+            start = blocks[i - 1][0]
+            size += blocks[i - 1][1]
+            del blocks[i - 1]
+            i -= 1
+        blocks.insert(i, (start, size))
+        region.used -= allocation.size
+        self._in_use -= allocation.size
+        self._frees += 1
 
     # -- bookkeeping ---------------------------------------------------------------
     def release_cached(self) -> int:
         """Give every wholly free region back to the device; return the bytes released."""
         released = 0
-        with self._lock:
+        self._acquire()
+        try:
             for rid in [rid for rid, r in self._regions.items() if r.used == 0]:
                 region = self._regions.pop(rid)
                 self.memory.release(region.handle)
                 released += region.size
+        finally:
+            self._release()
         return released
 
     def stats(self) -> AllocatorStats:
         """Current statistics."""
-        with self._lock:
+        self._acquire()
+        try:
             largest = max(
                 (b for r in self._regions.values() for _, b in r.free_blocks), default=0
             )
@@ -293,3 +327,5 @@ class ArenaAllocator:
                 limit=self.limit,
                 largest_free_block=largest,
             )
+        finally:
+            self._release()

@@ -8,6 +8,10 @@ The environment variable ``ONYXRT_PLUGINS`` restricts what loads: a comma-separa
 of entry-point names or distribution names. Items starting with ``-``
 exclude; a list of only exclusions loads everything else. Example:
 ``ONYXRT_PLUGINS=cpu,onyxrt-simnpu`` or ``ONYXRT_PLUGINS=-cuda``.
+
+A provider's probe runs on its own thread and is given ``ONYXRT_PROBE_TIMEOUT_S`` seconds
+(default 10): a probe stuck in a driver call marks the provider unusable ("probe did not
+finish within N s") instead of hanging every session.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from typing import Any
 import pluggy
 
 from .devices import Device
-from .errors import DuplicateProviderError, ProtocolVersionError
+from .errors import DuplicateProviderError, InvalidArgument, ProtocolVersionError
 from .hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME, ProviderHooks, ProviderSpec
 from .protocol import SUPPORTED_PROTOCOL_VERSIONS, ExecutionProvider, ProbeResult
 
 __all__ = [
     "PLUGINS_ENV_VAR",
+    "PROBE_TIMEOUT_ENV_VAR",
+    "probe_timeout",
+    "provider_label",
     "PluginFailure",
     "ProviderStatus",
     "ProviderCatalog",
@@ -38,7 +45,67 @@ __all__ = [
 ]
 
 PLUGINS_ENV_VAR = "ONYXRT_PLUGINS"
+PROBE_TIMEOUT_ENV_VAR = "ONYXRT_PROBE_TIMEOUT_S"
+#: Seconds a provider's probe may take before it is marked unusable.
+DEFAULT_PROBE_TIMEOUT_S = 10.0
 CPU_PROVIDER = "CPUExecutionProvider"
+
+
+def probe_timeout() -> float:
+    """The probe time limit in seconds (``ONYXRT_PROBE_TIMEOUT_S``, default 10)."""
+    raw = os.environ.get(PROBE_TIMEOUT_ENV_VAR, "").strip()
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise InvalidArgument(
+            f"{PROBE_TIMEOUT_ENV_VAR} must be a positive number of seconds, got {raw!r}"
+        )
+    return value
+
+
+def _probe_with_timeout(cls: type[ExecutionProvider], label: str, limit: float) -> ProbeResult:
+    """``cls.probe()`` on a daemon thread, given up after ``limit`` seconds: a probe stuck
+    in a driver call marks its provider unusable instead of hanging every session (the
+    thread is left to finish or die with the process)."""
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append(cls.probe())
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, name=f"onyxrt-probe-{cls.__name__}", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if not outcome:
+        return ProbeResult(
+            False,
+            f"{label} probe did not finish within {limit:g} s",
+            fix=f"check the device and its driver, raise {PROBE_TIMEOUT_ENV_VAR}, or exclude "
+            f"the plugin with {PLUGINS_ENV_VAR}=-<package>",
+        )
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    if not isinstance(result, ProbeResult):
+        raise TypeError(f"probe() returned {type(result).__name__}, expected ProbeResult")
+    return result
+
+
+def provider_label(name: str) -> str:
+    """``name`` with the package that installed it, for error messages:
+    ``"FooExecutionProvider (from onyxrt-foo 1.2)"`` (the bare name when unknown)."""
+    cat = _catalog
+    spec = cat.specs.get(name) if cat is not None else None
+    if spec is None or not spec.package:
+        return name
+    version = f" {spec.package_version}" if spec.package_version else ""
+    return f"{name} (from {spec.package}{version})"
 
 
 @dataclass(frozen=True)
@@ -224,13 +291,14 @@ class ProviderCatalog:
             if cached is not None:
                 return cached
             spec = self.specs[name]
+            limit = probe_timeout()  # a bad setting is the user's to fix: raised, not cached
             probe: ProbeResult
             try:
                 cls = spec.factory()
                 if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
                     raise TypeError(f"factory returned {cls!r}, not an ExecutionProvider subclass")
                 self._classes[name] = cls
-                probe = cls.probe()
+                probe = _probe_with_timeout(cls, f"{name} (from {spec.package or 'unknown package'})", limit)
             except Exception as exc:
                 probe = ProbeResult(
                     False,

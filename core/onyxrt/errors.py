@@ -25,6 +25,7 @@ __all__ = [
     "PartitionError",
     "KernelError",
     "OutOfMemory",
+    "ResourceLimitExceeded",
     "RunTerminated",
     "UnsafeExternalData",
 ]
@@ -72,7 +73,15 @@ class NotImplementedOp(OnyxError, NotImplementedError):
 
 
 class ProviderError(OnyxError, RuntimeError):
-    """A provider failed: while being created, claiming nodes, compiling or computing."""
+    """A provider failed: while being created, claiming nodes, compiling or computing.
+
+    ``provider`` names the provider at fault when one is (a session being created leaves
+    that provider out and warns, unless ``session.strict_providers`` is set).
+    """
+
+    def __init__(self, message: str, provider: str = "") -> None:
+        super().__init__(message)
+        self.provider = provider
 
 
 class ProviderUnavailable(ProviderError):
@@ -101,6 +110,19 @@ class KernelError(OnyxError, RuntimeError):
 
 class OutOfMemory(OnyxError, MemoryError):
     """An allocation would exceed a memory limit; the message gives the request and limit."""
+
+
+class ResourceLimitExceeded(OutOfMemory):
+    """A kernel was about to build a tensor larger than ``session.max_tensor_bytes``.
+
+    Raised before the memory is touched; the message names the node, the shape, the
+    bytes requested, the limit and how to raise it. ``requested`` and ``limit`` are bytes.
+    """
+
+    def __init__(self, message: str, requested: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.limit = limit
 
 
 class RunTerminated(OnyxError, RuntimeError):

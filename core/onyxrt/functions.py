@@ -18,17 +18,76 @@ import onnx
 import onnx.defs
 import onnx.inliner
 
+from .errors import InvalidModel
+
 __all__ = ["inline_local_functions", "function_body", "expand_nodes", "EXPANDED_DOMAIN"]
 
 #: Domain the expanded nodes are renamed into just before inlining.
 EXPANDED_DOMAIN = "onyxrt.expanded"
 
 
+#: Most nodes inlining model-local functions may produce: functions calling each other
+#: twice per level would otherwise expand 40 small functions into 2**40 nodes.
+MAX_INLINED_NODES = 1_000_000
+
+
 def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with its local functions inlined (unchanged when it has none)."""
+    """The model with its local functions inlined (unchanged when it has none).
+
+    Raises :class:`~onyxrt.errors.InvalidModel` for recursive functions and for calls that
+    would expand past :data:`MAX_INLINED_NODES` nodes.
+    """
     if not model.functions:
         return model
-    return onnx.inliner.inline_local_functions(model)
+    try:
+        _check_inlined_size(model)
+    except RecursionError:
+        raise InvalidModel(
+            "model-local functions call each other too many levels deep to inline "
+            "(a chain of several hundred functions); flatten the chain"
+        ) from None
+    try:
+        return onnx.inliner.inline_local_functions(model)
+    except Exception as exc:  # onnx's ValidationError (e.g. a recursive function)
+        raise InvalidModel(f"model-local functions cannot be inlined: {exc}") from None
+
+
+def _check_inlined_size(model: onnx.ModelProto) -> None:
+    bodies = {(f.domain, f.name): f for f in model.functions}
+    sizes: dict[tuple[str, str], int] = {}
+    visiting: set[tuple[str, str]] = set()
+
+    def count(nodes: Iterable[onnx.NodeProto]) -> int:
+        total = 0
+        for node in nodes:
+            key = (node.domain, node.op_type)
+            total += size(key) if key in bodies else 1
+            for attr in node.attribute:
+                for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                    total += count(g.node)
+            if total > MAX_INLINED_NODES:
+                break
+        return total
+
+    def size(key: tuple[str, str]) -> int:
+        if key not in sizes:
+            if key in visiting:
+                raise InvalidModel(
+                    f"model-local function {key[0]}::{key[1]} calls itself (directly or "
+                    "through other functions); functions must not be recursive"
+                )
+            visiting.add(key)
+            sizes[key] = count(bodies[key].node)
+            visiting.discard(key)
+        return sizes[key]
+
+    total = count(model.graph.node)
+    if total > MAX_INLINED_NODES:
+        raise InvalidModel(
+            f"inlining the model-local functions would create more than {MAX_INLINED_NODES:,} "
+            "nodes (functions calling each other several times per level multiply); "
+            "this model is not runnable as written"
+        )
 
 
 def function_body(

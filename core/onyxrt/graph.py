@@ -8,6 +8,7 @@ the object but must not mutate it; :class:`GraphView` is the documented surface)
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,10 +18,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .errors import InvalidGraph
+from .errors import InvalidGraph, OnyxError
 from .kernels import ValueType, parse_attribute
+from .limits import check_allocation
 
-__all__ = ["Node", "Graph", "GraphView", "subgraph_outer_names"]
+__all__ = ["Node", "Graph", "GraphView", "subgraph_outer_names", "check_structure"]
 
 
 @dataclass(eq=False)
@@ -39,8 +41,22 @@ class Node:
 
     @cached_property
     def attributes(self) -> dict[str, Any]:
-        """Attributes parsed to Python values."""
-        return {a.name: parse_attribute(a) for a in self.proto.attribute}
+        """Attributes parsed to Python values.
+
+        Raises :class:`~onyxrt.errors.InvalidGraph` naming the node and attribute when one
+        cannot be read (a tensor attribute whose data does not match its declared shape).
+        """
+        parsed = {}
+        for a in self.proto.attribute:
+            try:
+                parsed[a.name] = parse_attribute(a)
+            except Exception as exc:
+                detail = _size_mismatch(a.t) if a.type == onnx.AttributeProto.TENSOR else ""
+                raise InvalidGraph(
+                    f"node {self.name!r} ({self.op_type}): attribute {a.name!r} cannot be read: "
+                    f"{detail or exc}. The model file may be truncated or corrupt."
+                ) from exc
+        return parsed
 
     @property
     def qualified_op(self) -> str:
@@ -128,7 +144,15 @@ class Graph:
                     "model file may be truncated or its external data missing."
                 ) from exc
         for st in graph.sparse_initializer:
-            initializers[st.values.name] = _sparse_to_dense(st)
+            try:
+                initializers[st.values.name] = _sparse_to_dense(st)
+            except OnyxError:
+                raise
+            except Exception as exc:
+                raise InvalidGraph(
+                    f"sparse initializer {st.values.name!r} cannot be read: {exc}. Its "
+                    "indices must lie inside its dims and match its values."
+                ) from exc
         declared_inputs = [i.name for i in graph.input]
         inputs = [n for n in declared_inputs if n not in initializers]
         overridable = [n for n in declared_inputs if n in initializers]
@@ -220,7 +244,7 @@ def _size_mismatch(t: onnx.TensorProto) -> str:
         return ""
     if not t.HasField("raw_data") or t.data_type == onnx.TensorProto.STRING:
         return ""
-    needed = int(np.prod(t.dims, dtype=np.int64)) * itemsize
+    needed = math.prod(t.dims) * itemsize  # Python ints: huge dims must not wrap
     if len(t.raw_data) == needed:
         return ""
     return (
@@ -232,11 +256,27 @@ def _size_mismatch(t: onnx.TensorProto) -> str:
 def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
     values = numpy_helper.to_array(st.values)
     indices = numpy_helper.to_array(st.indices).astype(np.int64)
-    dense = np.zeros(int(np.prod(st.dims)), dtype=values.dtype)
+    # A few values can declare enormous dims: size the dense tensor before allocating it.
+    check_allocation(st.dims, values.dtype, f"sparse initializer {st.values.name!r} (densified)")
+    dense = np.zeros(math.prod(st.dims), dtype=values.dtype)
     if indices.ndim == 2:
         indices = np.ravel_multi_index(indices.T, tuple(st.dims))
     dense[indices] = values
     return dense.reshape(tuple(st.dims))
+
+
+def check_structure(graph: onnx.GraphProto) -> None:
+    """Check the structure :meth:`Graph.from_proto` checks (every input defined, one
+    producer per value, no cycle) without reading any weight.
+
+    The session calls it before optimizing, so that every optimization level refuses the
+    same models: a pass that drops a dead node must not make a broken graph runnable at
+    one level and not at another (onnxruntime, too, checks the graph before optimizing).
+    Raises :class:`~onyxrt.errors.InvalidGraph` naming the node and value at fault.
+    """
+    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    available |= {st.values.name for st in graph.sparse_initializer}
+    _topological_nodes(graph, available)
 
 
 def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node]:

@@ -17,7 +17,7 @@ import onnx
 import onnx.defs
 from google.protobuf.message import DecodeError
 
-from .errors import InvalidModel, NotImplementedOp, UnsafeExternalData
+from .errors import InvalidGraph, InvalidModel, NotImplementedOp, UnsafeExternalData
 
 __all__ = ["LoadedModel", "load_model", "iter_tensors"]
 
@@ -64,6 +64,7 @@ def load_model(source: Any) -> LoadedModel:
             "an onnx.ModelProto"
         )
     _check_header(loaded)
+    _check_text(loaded.proto, loaded.origin)
     _load_external_data(loaded)
     return loaded
 
@@ -75,6 +76,12 @@ def _parse(data: bytes, origin: str) -> onnx.ModelProto:
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
+        if "MaxDepth" in str(exc):  # protobuf's nesting limit (~100 messages deep)
+            raise InvalidModel(
+                f"{origin}: the model nests messages deeper than protobuf allows ({exc}): "
+                "control-flow subgraphs (If/Loop/Scan bodies) can nest about 30 levels; "
+                "flatten the nesting"
+            ) from None
         raise InvalidModel(
             f"{origin}: not a valid ONNX model ({exc}); the file may be truncated or not "
             "an .onnx file"
@@ -82,6 +89,30 @@ def _parse(data: bytes, origin: str) -> onnx.ModelProto:
     if not model.HasField("graph"):
         raise InvalidModel(f"{origin}: the data parsed but holds no graph; is it an ONNX model?")
     return model
+
+
+def _check_text(message: Any, origin: str, path: str = "model") -> None:
+    """Every string field must hold valid UTF-8. onnx.proto is proto2, which does not
+    check: upb hands a corrupt name back as ``bytes``, which the rest of the runtime (and
+    onnx's own C++ functions) cannot take. Only string and message fields are read, never
+    the bytes fields, so weights are not copied."""
+    for fd in message.DESCRIPTOR.fields:
+        # protobuf 6 replaced FieldDescriptor.label by is_repeated
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+        if fd.type == fd.TYPE_STRING:
+            values = getattr(message, fd.name) if repeated else [getattr(message, fd.name)]
+            for value in values:
+                if isinstance(value, bytes):
+                    raise InvalidModel(
+                        f"{origin}: {path}.{fd.name} is not valid UTF-8 text ({value[:40]!r}); the "
+                        "file is corrupt or not an ONNX model"
+                    )
+        elif fd.type == fd.TYPE_MESSAGE:
+            if repeated:
+                for i, item in enumerate(getattr(message, fd.name)):
+                    _check_text(item, origin, f"{path}.{fd.name}[{i}]")
+            elif message.HasField(fd.name):
+                _check_text(getattr(message, fd.name), origin, f"{path}.{fd.name}")
 
 
 def _check_header(loaded: LoadedModel) -> None:
@@ -192,6 +223,8 @@ def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> N
                 f"{node.op_type!r} in domain {domain or 'ai.onnx'!r}; check the op name or "
                 "register a custom-op provider for it"
             )
+        if domain == "" and "" in opsets:
+            _check_arity(node, origin, opsets[""])
         if domain not in opsets and domain != "":
             raise InvalidModel(
                 f"{origin}: node {node.name or node.op_type!r} uses domain {domain!r} but the "
@@ -203,3 +236,39 @@ def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> N
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     _check_ops(g, origin, opsets)
+
+
+def _check_arity(node: onnx.NodeProto, origin: str, opset: int) -> None:
+    """A standard operator's input and output counts must fit its schema at the model's
+    opset, and its attributes be the schema's (as onnxruntime checks when it resolves the
+    graph): the optimizer's patterns and the kernels index a node's inputs by position."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="")
+    except onnx.defs.SchemaError:
+        return  # not defined at this opset: the partitioner reports that no provider runs it
+    for what, count, low, high in (
+        ("inputs", len(node.input), schema.min_input, schema.max_input),
+        ("outputs", len(node.output), schema.min_output, schema.max_output),
+    ):
+        if not low <= count <= high:
+            expected = f"{low}" if low == high else f"{low} to {high}" if high < 1 << 30 else f"at least {low}"
+            raise InvalidGraph(
+                f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) has {count} {what}, but "
+                f"{node.op_type}-{schema.since_version} takes {expected}; fix the node in the model"
+            )
+    # Unknown attributes too: an attribute of another version (ReduceMean's 'axes' became
+    # an input in opset 18) would be honoured by a pattern reading it and ignored by the
+    # kernel, so what the model computes would depend on the optimization level.
+    names = {a.name for a in node.attribute}
+    for name in sorted(names - set(schema.attributes)):
+        raise InvalidGraph(
+            f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) has attribute {name!r}, which "
+            f"{node.op_type}-{schema.since_version} (the version at the model's opset {opset}) does "
+            f"not define; it takes {sorted(schema.attributes) or 'no attributes'}"
+        )
+    for name, attr in schema.attributes.items():
+        if attr.required and name not in names:
+            raise InvalidGraph(
+                f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) lacks the required "
+                f"attribute {name!r} of {node.op_type}-{schema.since_version}; add it to the node"
+            )

@@ -55,6 +55,8 @@ class StepGraph:
 
 def run_parallel(plan: ExecutionPlan, vals: list[Any], run_options: Any, pool: ThreadPoolExecutor) -> None:
     """Execute ``plan``'s steps on ``pool``, each as soon as its inputs exist."""
+    from .plan import _count, _too_few
+
     steps = plan.steps
     graph = plan.step_graph
     if not steps:
@@ -66,6 +68,10 @@ def run_parallel(plan: ExecutionPlan, vals: list[Any], run_options: Any, pool: T
     finished = threading.Event()
     remaining = [len(steps)]
     failure: list[tuple[int, BaseException]] = []
+    # Steps submitted and not yet returned: after a failure the run waits for them, so no
+    # step of it still runs (or writes `vals`) once the caller has the error.
+    inflight = [0]
+    idle = threading.Event()
 
     def run_step(i: int) -> None:
         try:
@@ -75,10 +81,8 @@ def run_parallel(plan: ExecutionPlan, vals: list[Any], run_options: Any, pool: T
             if run_options is not None and run_options.terminate:
                 raise RunTerminated(f"run terminated by RunOptions.terminate before node {step.name!r}")
             results = step.fn(*[vals[j] for j in step.ins])
-            if len(results) < len(step.outs):
-                from .plan import _too_few
-
-                raise _too_few(step, results)
+            if _count(results) < len(step.outs):
+                raise _too_few(step, results, plan.providers[step.provider].name)
             ready = []
             with lock:
                 for j, v in zip(step.outs, results):
@@ -94,18 +98,26 @@ def run_parallel(plan: ExecutionPlan, vals: list[Any], run_options: Any, pool: T
                 remaining[0] -= 1
                 if remaining[0] == 0:
                     finished.set()
+                inflight[0] += len(ready)
             for k in ready:
                 pool.submit(contextvars.copy_context().run, run_step, k)
         except BaseException as exc:  # handed to the caller's thread below
             failure.append((i, exc))
             finished.set()
+        finally:
+            with lock:
+                inflight[0] -= 1
+                if inflight[0] == 0:
+                    idle.set()
 
     # Collect the roots before submitting any: workers decrement `indegree` concurrently.
     roots = [i for i, deg in enumerate(graph.indegree) if deg == 0]
+    inflight[0] = len(roots)
     for i in roots:
         pool.submit(contextvars.copy_context().run, run_step, i)
     finished.wait()
     if failure:
+        idle.wait()
         i, exc = failure[0]
         if isinstance(exc, OnyxError):
             raise exc

@@ -14,10 +14,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .errors import NotImplementedOp, PartitionError
+from .discovery import provider_label
+from .errors import NotImplementedOp, PartitionError, ProviderError
 from .graph import Graph, Node
 from .placement import RefusalRecord
-from .protocol import ExecutionProvider, FusedClaim, FusedSubgraph, NodeClaim
+from .protocol import Capability, ExecutionProvider, FusedClaim, FusedSubgraph, NodeClaim
 
 __all__ = ["Unit", "Partition", "Partitioner"]
 
@@ -59,10 +60,14 @@ class Partitioner:
         providers: Sequence[ExecutionProvider],
         *,
         pins: Mapping[str, str] | None = None,
+        raise_provider_errors: bool = False,
     ) -> None:
         self.providers = list(providers)
         #: node name or op type → provider name the user pinned it to
         self.pins = dict(pins or {})
+        #: A provider whose get_capability fails raises ProviderError naming it (a
+        #: session then leaves it out and warns) instead of being skipped with refusals.
+        self.raise_provider_errors = raise_provider_errors
 
     def partition(self, graph: Graph) -> Partition:
         """Partition ``graph``; raise NotImplementedOp if a node has no provider."""
@@ -82,13 +87,18 @@ class Partitioner:
             )
             try:
                 capability = provider.get_capability(graph)
+                if not isinstance(capability, Capability):
+                    raise TypeError(f"get_capability returned {type(capability).__name__}, expected Capability")
             except Exception as exc:  # a faulty plugin must not take the session down
-                logger.warning("%s.get_capability raised %s: %s", provider.name, type(exc).__name__, exc)
+                why = str(exc) if isinstance(exc, TypeError) and str(exc).startswith("get_capability returned") \
+                    else f"get_capability raised {type(exc).__name__}: {exc}"
+                if self.raise_provider_errors:
+                    graph.assigned = {}
+                    raise ProviderError(f"{provider_label(provider.name)}: {why}", provider.name) from exc
+                logger.warning("%s: %s", provider.name, why)
                 for free in graph.nodes:
                     if free.name not in unit_of:
-                        refusals.append(RefusalRecord(
-                            free.name, free.op_type, provider.name,
-                            f"get_capability raised {type(exc).__name__}: {exc}", "other"))
+                        refusals.append(RefusalRecord(free.name, free.op_type, provider.name, why, "other"))
                 continue
             for r in capability.refusals:
                 refused = by_name.get(r.node)

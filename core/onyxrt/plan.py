@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 
 from .devices import HOST_MEMORY, Device
+from .discovery import provider_label
 from .errors import (
     InvalidGraph,
     KernelError,
@@ -31,6 +32,7 @@ from .errors import (
 )
 from .graph import Graph, Node
 from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
+from .limits import current_limits
 from .parallel import StepGraph, run_parallel
 from .partitioner import Partition, Partitioner
 from .placement import CopyRecord, FusedGroupRecord, NodePlacement, PlacementReport
@@ -123,9 +125,11 @@ class ExecutionPlan:
                 vals[input_slots[name]] = holder.data_transfer().copy(value, holder.device, _HOST_DEVICE)
             else:
                 vals[input_slots[name]] = _Resident(value, holder)
-        for p in self.used_providers:
-            p.on_run_start(run_options)
+        started: list[ExecutionProvider] = []
         try:
+            for p in self.used_providers:
+                _run_hook(p, "on_run_start", run_options)
+                started.append(p)
             # Floating-point overflow and invalid values are results (inf, nan), as in
             # onnxruntime, not warnings; one context per run keeps kernels free of it.
             with np.errstate(all="ignore"):
@@ -135,9 +139,10 @@ class ExecutionPlan:
                     self._execute(vals, run_options)
                 else:
                     self._execute_profiled(vals, run_options, profile)
-        finally:
-            for p in self.used_providers:
-                p.on_run_end(run_options)
+        except BaseException:
+            _end_run(started, run_options, failed=True)
+            raise
+        _end_run(started, run_options, failed=False)
         results = []
         for name in output_names:
             slot, owner = self.output_slots[name]
@@ -146,7 +151,11 @@ class ExecutionPlan:
             if type(value) is _Resident:  # an input passed straight through to an output
                 value, provider = value.value, value.owner
             if not provider.device.is_host and not (keep_on_device and keep_on_device.get(name)):
-                value = provider.data_transfer().copy(value, provider.device, _HOST_DEVICE)
+                value = _output_to_host(name, value, provider)
+            elif isinstance(value, np.generic):
+                # A kernel that indexed down to one element (Gather of a scalar index)
+                # holds a numpy scalar; callers get an ndarray, as from onnxruntime.
+                value = np.asarray(value)
             elif isinstance(value, np.ndarray):
                 if slot in self.protected or not value.flags.writeable:
                     # Never hand out an initializer, a feed or a kernel's cached constant
@@ -195,8 +204,12 @@ class ExecutionPlan:
         try:
             for i, (fn, get, one_input, outs, release) in enumerate(steps):
                 results = fn(get(vals)) if one_input else fn(*get(vals))
-                if len(results) < len(outs):
-                    raise _too_few(self.steps[i], results)
+                try:
+                    count = len(results)
+                except TypeError:
+                    count = -1
+                if count < len(outs):
+                    raise _too_few(self.steps[i], results, self.providers[self.steps[i].provider].name)
                 for j, v in zip(outs, results):
                     vals[j] = v
                 for j in release:
@@ -219,8 +232,8 @@ class ExecutionPlan:
                 t0 = perf()
                 outs = step.fn(*args)
                 t1 = perf()
-                if len(outs) < len(step.outs):
-                    raise _too_few(step, outs)
+                if _count(outs) < len(step.outs):
+                    raise _too_few(step, outs, self.providers[step.provider].name)
                 profile.events.append((si, t0, t1, args, list(outs)))
                 for j, v in zip(step.outs, outs):
                     vals[j] = v
@@ -243,7 +256,7 @@ class ExecutionPlan:
                 described.append(f"{name}: None")
             else:
                 described.append(f"{name}: {type(v).__name__}")
-        provider = self.providers[step.provider].name
+        provider = provider_label(self.providers[step.provider].name)
         return KernelError(
             f"node {step.name!r} ({step.op_type}) on {provider} failed: "
             f"{type(exc).__name__}: {exc}. Inputs: {', '.join(described) or 'none'}"
@@ -276,13 +289,71 @@ def _until_terminated(compiled: list[Any], steps: list[Any], run_options: Any) -
         yield step
 
 
-def _too_few(step: Step, results: Sequence[Any]) -> ProviderError:
+def _count(results: Any) -> int:
+    """How many values a kernel returned (-1: not a sequence)."""
+    try:
+        return len(results)
+    except TypeError:
+        return -1
+
+
+def _too_few(step: Step, results: Any, provider: str) -> ProviderError:
+    """The error for a kernel returning too few values (or not a sequence). Extra trailing
+    values are allowed: kernels return optional outputs the node leaves out."""
     what = "fused group" if step.kind == "fused" else "node"
+    n = _count(results)
+    got = f"{n} value(s)" if n >= 0 else type(results).__name__
     return ProviderError(
-        f"the kernel of {what} {step.name!r} ({step.op_type}) returned {len(results)} "
-        f"value(s) but it has {len(step.outs)} output(s); compute must return one value "
-        "per output, in order"
+        f"the kernel of {what} {step.name!r} ({step.op_type}) on {provider_label(provider)} "
+        f"returned {got} but it has {len(step.outs)} output(s); compute must return a tuple "
+        "with one value per output, in order. This is a bug in the provider's package: "
+        "report it there, or leave the provider out of the session's providers list",
+        provider,
     )
+
+
+def _run_hook(provider: ExecutionProvider, hook: str, run_options: Any) -> None:
+    try:
+        getattr(provider, hook)(run_options)
+    except OnyxError:
+        raise
+    except Exception as exc:
+        raise ProviderError(
+            f"{provider_label(provider.name)}.{hook} failed: {type(exc).__name__}: {exc}",
+            provider.name,
+        ) from exc
+
+
+def _end_run(started: Sequence[ExecutionProvider], run_options: Any, failed: bool) -> None:
+    """``on_run_end`` for every provider whose ``on_run_start`` ran, even if one fails;
+    after a failed run the run's own error is the one the caller sees."""
+    first: BaseException | None = None
+    for p in started:
+        try:
+            _run_hook(p, "on_run_end", run_options)
+        except ProviderError as exc:
+            if failed:
+                logger.warning("after a failed run: %s", exc)
+            elif first is None:
+                first = exc
+    if first is not None:
+        try:
+            raise first
+        finally:
+            first = None  # no cycle through this frame: the run's buffers free at once
+
+
+def _output_to_host(name: str, value: Any, provider: ExecutionProvider) -> Any:
+    try:
+        return provider.data_transfer().copy(value, provider.device, _HOST_DEVICE)
+    except OnyxError:
+        raise
+    except Exception as exc:
+        raise ProviderError(
+            f"copying output {name!r} from {provider.device} to the host failed in "
+            f"{provider_label(provider.name)}'s data transfer: {type(exc).__name__}: {exc}",
+            provider.name,
+        ) from exc
 
 
 class PlanSubgraphRunner(SubgraphRunner):
@@ -299,7 +370,9 @@ class PlanSubgraphRunner(SubgraphRunner):
         feeds = dict(zip(self.input_names, inputs))
         for name in self.outer_names:
             feeds[name] = outer[name]
-        return self.plan.run(feeds, self.output_names)
+        # The run's RunOptions (from the session's run context): a long body stops at its
+        # next step when ``terminate`` is set, not only between iterations.
+        return self.plan.run(feeds, self.output_names, current_limits().run_options)
 
 
 @dataclass
@@ -421,7 +494,7 @@ class _PlanBuilder:
         constant = self.graph.is_constant(name)
         if constant:
             # Weights move once, at creation, not on every run.
-            value = self._transfer(src_owner, pi)(self.plan.template[src_slot])[0]
+            value = self._copy_constant(name, src_owner, pi, self.plan.template[src_slot])
             slot = self._new_slot(name, space, value)
             self.plan.protected.add(slot)
             self.plan.initializer_slots.add(slot)
@@ -434,6 +507,20 @@ class _PlanBuilder:
         )
         self.plan.copies.append(self._copy_record(name, src_space, space, src_owner, pi, True))
         return slot
+
+    def _copy_constant(self, name: str, src_pi: int, dst_pi: int, value: Any) -> Any:
+        providers = self.ctx.providers
+        device_side = providers[dst_pi] if not providers[dst_pi].device.is_host else providers[src_pi]
+        try:
+            return self._transfer(src_pi, dst_pi)(value)[0]
+        except OnyxError:
+            raise
+        except Exception as exc:
+            raise ProviderError(
+                f"{provider_label(device_side.name)} failed to copy the weight {name!r} from "
+                f"{providers[src_pi].device} to {providers[dst_pi].device}: {type(exc).__name__}: {exc}",
+                device_side.name,
+            ) from exc
 
     def _transfer(self, src_pi: int, dst_pi: int) -> Callable[[Any], tuple[Any]]:
         providers = self.ctx.providers
@@ -449,7 +536,8 @@ class _PlanBuilder:
         if to_host is None or from_host is None:
             raise ProviderError(
                 f"no data transfer can move values from {src} ({providers[src_pi].name}) to "
-                f"{dst} ({providers[dst_pi].name})"
+                f"{dst} ({providers[dst_pi].name})",
+                providers[dst_pi if not dst.is_host else src_pi].name,
             )
 
         def via_host(value: Any) -> tuple[Any]:
@@ -507,8 +595,9 @@ class _PlanBuilder:
             raise NotImplementedOp(f"node {node.name!r} ({node.qualified_op}): {exc}") from exc
         except Exception as exc:
             raise ProviderError(
-                f"{provider.name} failed to create the kernel for node {node.name!r} "
-                f"({node.qualified_op}): {type(exc).__name__}: {exc}"
+                f"{provider_label(provider.name)} failed to create the kernel for node {node.name!r} "
+                f"({node.qualified_op}): {type(exc).__name__}: {exc}",
+                provider.name,
             ) from exc
 
     def _compile(self, pi: int, items: list[tuple[int, Any]]) -> None:
@@ -520,12 +609,15 @@ class _PlanBuilder:
             raise
         except Exception as exc:
             raise ProviderError(
-                f"{provider.name} failed to compile {len(groups)} fused group(s) "
-                f"({', '.join(g.name for g in groups)}): {type(exc).__name__}: {exc}"
+                f"{provider_label(provider.name)} failed to compile {len(groups)} fused group(s) "
+                f"({', '.join(g.name for g in groups)}): {type(exc).__name__}: {exc}",
+                provider.name,
             ) from exc
         if len(kernels) != len(groups):
             raise ProviderError(
-                f"{provider.name}.compile returned {len(kernels)} kernels for {len(groups)} groups"
+                f"{provider_label(provider.name)}: compile returned {len(kernels)} kernels for "
+                f"{len(groups)} groups (one per group expected)",
+                provider.name,
             )
         for (step_index, _), kernel in zip(items, kernels):
             step = self.plan.steps[step_index]

@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -34,13 +34,15 @@ from .errors import (
     NotImplementedOp,
     OnyxError,
     PartitionError,
+    ProviderError,
     ProviderUnavailable,
 )
 from .functions import expand_nodes, inline_local_functions
 from .gradient import expand_gradients
-from .graph import Graph
+from .graph import Graph, check_structure
 from .iobinding import IOBinding
 from .kernels import ValueType
+from .limits import limits_from_config, run_limits
 from .loader import LoadedModel, check_model, load_model
 from .logs import session_logger
 from .optimizer import PassContext, optimize
@@ -171,7 +173,9 @@ class InferenceSession:
         # set_providers can optimize the original graph again for other providers.
         self._source = path_or_bytes
         self._intra_op_threads = int(opts.intra_op_num_threads or 0)
-        self._create(providers, provider_options)
+        self._limits = limits_from_config(opts.config_entries())
+        with run_limits(self._limits):  # kernels built (and constants folded) under it too
+            self._create(providers, provider_options)
 
     # -- creation --------------------------------------------------------------------
     def _create(
@@ -207,6 +211,10 @@ class InferenceSession:
     def _prepare_graph(self, providers: Sequence[ExecutionProvider]) -> Graph:
         proto = self._loaded.proto
         self._declared_from(proto)
+        try:  # before optimizing: every level must refuse the same broken graphs
+            check_structure(proto.graph)
+        except InvalidModel as exc:
+            raise type(exc)(f"{self._loaded.origin}: {exc}") from None
         opsets = _opset_versions(proto)
         ctx = PassContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets))
         proto = optimize(
@@ -255,12 +263,16 @@ class InferenceSession:
         opts = self._sess_options
         ctx = PlanContext(
             providers=instances,
-            partitioner=Partitioner(instances, pins=_parse_pins(opts.config_entries().get(PIN_NODES_KEY, ""))),
+            partitioner=Partitioner(
+                instances,
+                pins=_parse_pins(opts.config_entries().get(PIN_NODES_KEY, "")),
+                raise_provider_errors=True,
+            ),
             opsets=self._graph.opsets,
             requested=tuple(name for name, _ in requested),
             fallbacks=tuple(fallbacks),
         )
-        plan = self._plan_with_expansion(ctx)
+        plan = self._plan_leaving_out_failures(ctx, instances, fallbacks)
         placement = plan.placement
         assert placement is not None
         if opts.config_flag(DISABLE_CPU_FALLBACK_KEY):
@@ -281,6 +293,28 @@ class InferenceSession:
             self._logger.info("%s", line)
         for node in placement.nodes:
             self._logger.debug("placement: node %s (%s) -> %s", node.node, node.op_type, node.provider)
+
+    def _plan_leaving_out_failures(
+        self, ctx: PlanContext, instances: list[ExecutionProvider], fallbacks: list[FallbackRecord]
+    ) -> ExecutionPlan:
+        """Build the plan; a provider (other than CPU) that fails while claiming nodes,
+        creating kernels, compiling or taking the weights is left out — with a warning, or
+        ProviderUnavailable in strict mode — and the graph partitioned again without it."""
+        while True:
+            try:
+                return self._plan_with_expansion(ctx)
+            except ProviderError as exc:
+                failed = next((p for p in instances if p.name == exc.provider), None)
+                if failed is None or failed.name == CPU_PROVIDER:
+                    raise
+                strict = self._sess_options.config_flag(STRICT_PROVIDERS_KEY)
+                self._fallback(failed.name, str(exc), "", strict, fallbacks, stacklevel=7)
+                instances.remove(failed)
+                ctx.providers = instances
+                ctx.partitioner = Partitioner(
+                    instances, pins=ctx.partitioner.pins, raise_provider_errors=True
+                )
+                ctx.fallbacks = tuple(fallbacks)
 
     def _plan_with_expansion(self, ctx: PlanContext) -> ExecutionPlan:
         """Build the plan; nodes no provider claims whose operator ONNX defines by a
@@ -416,7 +450,10 @@ class InferenceSession:
             instances.sort(key=lambda p: p.name == CPU_PROVIDER)
         return instances, fallbacks
 
-    def _fallback(self, name: str, reason: str, fix: str, strict: bool, fallbacks: list[FallbackRecord]) -> None:
+    def _fallback(
+        self, name: str, reason: str, fix: str, strict: bool, fallbacks: list[FallbackRecord],
+        stacklevel: int = 5,
+    ) -> None:
         if strict:
             raise ProviderUnavailable(
                 f"{name} was requested but cannot be used: {_sentence(reason)}"
@@ -432,7 +469,7 @@ class InferenceSession:
         )
         self._logger.info("%s", message)
         # __init__/set_providers → _build → _instantiate → _fallback: point at the caller.
-        warnings.warn(message, ProviderFallbackWarning, stacklevel=5)
+        warnings.warn(message, ProviderFallbackWarning, stacklevel=stacklevel)
 
     def _build_input_checks(self) -> dict[str, _InputCheck]:
         checks = {}
@@ -469,7 +506,8 @@ class InferenceSession:
     ) -> list[Any]:
         profile = _Profile() if self._profiler.enabled else None
         lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
-        with lock, intra_op_limit(self._intra_op_threads):
+        limits = self._limits.with_run_options(run_options)
+        with lock, intra_op_limit(self._intra_op_threads), run_limits(limits):
             t0 = time.perf_counter()
             outputs = self._plan.run(
                 feeds, names, run_options, profile, keep_on_device, self._pool, device_feeds
@@ -536,10 +574,22 @@ class InferenceSession:
 
     def _output_names(self, output_names: Sequence[str] | None) -> list[str]:
         all_outputs = self._graph.outputs
+        if output_names is None:
+            return list(all_outputs)
+        if isinstance(output_names, (str, bytes)) or not isinstance(output_names, Iterable):
+            raise InvalidArgument(
+                f"output_names must be a list of output names (or None for all), got "
+                f"{type(output_names).__name__} {output_names!r}; pass e.g. {all_outputs[:1]}"
+            )
         if not output_names:
             return list(all_outputs)
         names = list(output_names)
         for name in names:
+            if not isinstance(name, str):
+                raise InvalidArgument(
+                    f"output_names must hold strings, got {type(name).__name__} {name!r}. "
+                    f"The model's outputs are: {all_outputs}"
+                )
             if name not in self._plan.output_slots:
                 close = difflib.get_close_matches(name, all_outputs, n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""

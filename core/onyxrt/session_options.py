@@ -11,6 +11,9 @@ Session config entries onyxrt understands (``add_session_config_entry``):
   node of an op type) on a given provider.
 * ``session.max_partitions`` / ``session.max_copies_per_run`` = ``"N"`` — warn
   (``PlacementWarning``; an error in strict mode) when the placement exceeds them.
+* ``session.max_tensor_bytes`` = ``"N"`` or ``"64GiB"`` — the largest single tensor a
+  kernel may build (default min(16 GiB, physical memory)); past it the run raises
+  :class:`~onyxrt.errors.ResourceLimitExceeded` before allocating (see onyxrt.limits).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "PIN_NODES_KEY",
     "MAX_PARTITIONS_KEY",
     "MAX_COPIES_KEY",
+    "MAX_TENSOR_BYTES_KEY",
     "OrtExecutionProviderDevicePolicy",
     "policy_device_order",
 ]
@@ -41,6 +45,7 @@ DISABLE_CPU_FALLBACK_KEY = "session.disable_cpu_ep_fallback"
 PIN_NODES_KEY = "session.pin_nodes"
 MAX_PARTITIONS_KEY = "session.max_partitions"
 MAX_COPIES_KEY = "session.max_copies_per_run"
+MAX_TENSOR_BYTES_KEY = "session.max_tensor_bytes"  # read by onyxrt.limits
 
 
 class GraphOptimizationLevel(enum.IntEnum):

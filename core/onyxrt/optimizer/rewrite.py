@@ -109,7 +109,12 @@ class Rewrite:
             return self._arrays[name]
         if name in self.created:
             return self.created[name]
-        value = numpy_helper.to_array(self.initializers[name])
+        try:
+            value = numpy_helper.to_array(self.initializers[name])
+        except Exception:
+            # Unreadable (bytes that do not match its type and shape, an undefined type):
+            # no pattern matches it, and building the graph reports it naming the value.
+            return None
         if value.size <= _CACHED_ELEMENTS:
             self._arrays[name] = value
         return value

@@ -15,10 +15,15 @@ import numpy as np
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.limits import check_bytes, check_terminated, output_of
 
 from . import registry
 
 _VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+
+#: Bytes a collected scan element holds beyond its data (the ndarray object, the list
+#: slot): counted so a billion tiny elements are stopped too, not only big ones.
+_ELEMENT_OVERHEAD = 128
 
 
 def _truth(value: Any, what: str, node: str) -> bool:
@@ -34,11 +39,16 @@ class _ControlFlow(Kernel):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.n_explicit = len(info.input_names)
+        self.explicit_names = info.input_names
         self.implicit = info.implicit_inputs
 
     def _split(self, inputs: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         n = self.n_explicit
-        return inputs[:n], dict(zip(self.implicit, inputs[n:]))
+        # A body may also read a value the node takes explicitly (an inner If testing the
+        # same condition): implicit_inputs leave those out, so they are added from here.
+        outer = {name: v for name, v in zip(self.explicit_names, inputs[:n]) if name}
+        outer.update(zip(self.implicit, inputs[n:]))
+        return inputs[:n], outer
 
 
 @registry.register("If", since=_VERSIONS)
@@ -65,7 +75,9 @@ class Loop(_ControlFlow):
     """Iterate ``body`` while the trip count and the condition allow.
 
     Outputs are the final loop-carried values followed by the scan outputs, each stacked
-    along a new first axis.
+    along a new first axis. ``RunOptions.terminate`` is honoured between iterations, and
+    a scan output growing past ``session.max_tensor_bytes`` stops the loop (a huge trip
+    count must not fill memory before the error).
     """
 
     def __init__(self, info: KernelInfo) -> None:
@@ -87,13 +99,18 @@ class Loop(_ControlFlow):
         max_trip = int(np.asarray(trip).reshape(-1)[0]) if trip is not None else None
         keep = _truth(cond, "cond", self.info.node_name) if cond is not None else True
         scans: list[list[Any]] = [[] for _ in range(self.n_scan)]
+        scan_bytes = [0] * self.n_scan
+        node = self.info.node_name
         i = 0
         while keep and (max_trip is None or i < max_trip):
+            check_terminated(node)
             outs = self.body.run([np.array(i, dtype=np.int64), np.array(keep), *carried], outer)
-            keep = _truth(outs[0], "the body's cond output", self.info.node_name)
+            keep = _truth(outs[0], "the body's cond output", node)
             carried = list(outs[1 : 1 + self.n_carried])
             for k, v in enumerate(outs[1 + self.n_carried :]):
                 scans[k].append(v)
+                scan_bytes[k] += np.asarray(v).nbytes + _ELEMENT_OVERHEAD
+                check_bytes(scan_bytes[k], output_of(self.info, f"scan output {k} (after {i + 1} iterations)"))
             i += 1
         stacked = []
         for k, values in enumerate(scans):
@@ -141,7 +158,9 @@ class Scan(_ControlFlow):
             raise ValueError(f"Scan node {self.info.node_name!r}: scan inputs differ in length {sorted(lengths)}")
         steps = lengths.pop() if lengths else 0
         collected: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
+        collected_bytes = [0] * self.n_scan_out
         for t in range(steps):
+            check_terminated(self.info.node_name)
             slices = [
                 np.take(x, steps - 1 - t if d else t, axis=a)
                 for x, a, d in zip(scan_in, axes, self.in_dirs)
@@ -150,6 +169,8 @@ class Scan(_ControlFlow):
             states = list(outs[: self.n_state])
             for k, v in enumerate(outs[self.n_state :]):
                 collected[k].append(v)
+                collected_bytes[k] += np.asarray(v).nbytes + _ELEMENT_OVERHEAD
+                check_bytes(collected_bytes[k], output_of(self.info, f"scan output {k} (after {t + 1} steps)"))
         results = []
         for k, values in enumerate(collected):
             if self.out_dirs[k]:
@@ -189,6 +210,7 @@ class Scan8(_ControlFlow):
             st = [s[b] for s in states]
             per_step: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
             for t in range(length):
+                check_terminated(self.info.node_name)
                 slices = [x[b, length - 1 - t if d else t] for x, d in zip(scan_in, self.dirs)]
                 outs = self.body.run([*st, *slices], outer)
                 st = list(outs[: self.n_state])

@@ -18,6 +18,7 @@ import numpy as np
 from onyxrt.dtypes import FLOAT_TYPES, np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.limits import check_allocation, output_of
 
 from . import registry
 
@@ -120,6 +121,7 @@ class ConstantOfShape(Kernel):
         dims = [int(d) for d in np.asarray(shape).reshape(-1)]
         if any(d < 0 for d in dims):
             raise ValueError(f"ConstantOfShape: shape {dims} has a negative dimension")
+        check_allocation(dims, self.dtype, output_of(self.info))
         if self.dtype.kind != "O" and not self.fill:
             return (np.zeros(dims, dtype=self.dtype),)
         return (np.full(dims, self.fill, dtype=self.dtype),)
@@ -162,6 +164,7 @@ class Range(Kernel):
         if dt.kind in "iu":
             si, li, di = int(s[0]), int(lim[0]), int(d[0])
             n = _range_count(si, li, di)
+            check_allocation((n,), np.int64, output_of(self.info))
             out = si + np.arange(n, dtype=np.int64) * di
             return (out.astype(dt),)
         # float32/float64 compute in their own type; float16 and bfloat16 in float32
@@ -169,6 +172,7 @@ class Range(Kernel):
         work = dt if dt in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float32)
         sw, lw, dw = s.astype(work)[0], lim.astype(work)[0], d.astype(work)[0]
         n = _range_count(float(sw), float(lw), float(dw))
+        check_allocation((n,), np.float64, output_of(self.info))
         if self.stash == 0 and work != dt:
             steps = np.full(n, d[0], dtype=dt)
             if n:
@@ -195,6 +199,7 @@ class EyeLike(Kernel):
             raise ValueError(f"EyeLike: input must be 2-D, got shape {np.shape(x)}")
         dt = self.dtype if self.dtype is not None else np.asarray(x).dtype
         n, m = np.shape(x)
+        check_allocation((n, m), dt, output_of(self.info))
         out = np.zeros((n, m), dtype=dt)
         k = self.k
         length = max(0, min(n, m - k) if k >= 0 else min(n + k, m))
@@ -268,6 +273,8 @@ class _RandomShaped(_RandomKernel):
         self._params()  # type: ignore[attr-defined]
 
     def compute(self):
+        # Drawn in float64 first, then cast: the float64 draw is the larger of the two.
+        check_allocation(self.shape, np.float64, output_of(self.info))
         with self._lock:
             values = self._draw(self._rng, self.shape)  # type: ignore[attr-defined]
         return (values.astype(self.dtype),)
@@ -283,6 +290,7 @@ class _RandomLike(_RandomKernel):
 
     def compute(self, x):
         dt = self._float_dtype(self.dtype if self.dtype is not None else np.asarray(x).dtype)
+        check_allocation(np.shape(x), np.float64, output_of(self.info))
         with self._lock:
             values = self._draw(self._rng, tuple(np.shape(x)))  # type: ignore[attr-defined]
         return (values.astype(dt),)
@@ -360,6 +368,7 @@ class Multinomial(_RandomKernel):
         batch, classes = logits.shape
         if classes == 0:
             raise ValueError("Multinomial: input has no classes")
+        check_allocation((batch, self.sample_size), np.float64, output_of(self.info))
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         cdf = np.cumsum(probs, axis=1)
         cdf /= cdf[:, -1:]

@@ -13,6 +13,7 @@ import numpy as np
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.limits import check_allocation, output_of
 
 from . import registry
 
@@ -379,6 +380,9 @@ class OneHot(Kernel):
         ind = np.asarray(indices)
         rank = ind.ndim + 1
         axis = _norm_axis(self.axis, rank)
+        out_shape = list(ind.shape)
+        out_shape.insert(axis, n)
+        check_allocation(out_shape, vals.dtype, output_of(self.info))
         if ind.dtype.kind == "f":
             ind = np.trunc(ind)
         ind = ind.astype(np.int64)

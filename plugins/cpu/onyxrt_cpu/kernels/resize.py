@@ -8,6 +8,7 @@ resizing is one fancy-index gather over the resized axes. Works for any rank.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.limits import check_allocation, output_of
 
 from . import registry
 
@@ -129,6 +131,7 @@ class _ResizeBase(Kernel):
         scales: np.ndarray | None,
         sizes: np.ndarray | None,
         roi: np.ndarray | None,
+        dtype: Any = np.float32,
     ) -> _Plan:
         key = (
             shape,
@@ -138,9 +141,12 @@ class _ResizeBase(Kernel):
         )
         plan = self._cache.get(key)
         if plan is not None:
-            self._cache.move_to_end(key)
+            # Runs of one session on several threads share this kernel: another thread may
+            # have evicted the entry since the get, which costs only its place in the LRU.
+            with contextlib.suppress(KeyError):
+                self._cache.move_to_end(key)
             return plan
-        plan = self._make_plan(shape, scales, sizes, roi)
+        plan = self._make_plan(shape, scales, sizes, roi, dtype)
         self._cache[key] = plan
         if len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
@@ -152,6 +158,7 @@ class _ResizeBase(Kernel):
         scales: np.ndarray | None,
         sizes: np.ndarray | None,
         roi: np.ndarray | None,
+        dtype: Any = np.float32,
     ) -> _Plan:
         rank = len(shape)
         if self.axes_attr is None:
@@ -197,6 +204,8 @@ class _ResizeBase(Kernel):
                 for a in axes:
                     out_shape[a] = int(np.floor(common * shape[a] + 0.5))
                     scale_of[a] = common
+        # Before the per-axis tables, which are as long as the output axes.
+        check_allocation(out_shape, dtype, output_of(self.info))
         starts = [0.0] * rank
         ends = [1.0] * rank
         if self.coord_mode == "tf_crop_and_resize":
@@ -319,7 +328,7 @@ class _ResizeBase(Kernel):
         roi: np.ndarray | None,
     ) -> np.ndarray:
         x = np.asarray(x)
-        plan = self._plan(x.shape, scales, sizes, roi)
+        plan = self._plan(x.shape, scales, sizes, roi, x.dtype)
         if not plan.axes:
             return x
         if any(d == 0 for d in plan.out_shape) or x.size == 0:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.limits import check_bytes, output_of
 
 from . import registry
 
@@ -117,6 +118,8 @@ class ConcatFromSequence(Kernel):
 
     def compute(self, seq: list[Any]) -> tuple[Any, ...]:
         arrays = [np.asarray(t) for t in seq]
+        # A sequence may hold one value many times (grown in a Loop): size the result first.
+        check_bytes(sum(a.nbytes for a in arrays), output_of(self.info))
         if self.new_axis:
             return (np.stack(arrays, axis=self.axis),)
         return (np.concatenate(arrays, axis=self.axis),)
@@ -134,7 +137,9 @@ class SequenceMap(Kernel):
 
     def compute(self, *inputs: Any) -> tuple[Any, ...]:
         explicit = inputs[: self.n_explicit]
-        outer = dict(zip(self.implicit, inputs[self.n_explicit :]))
+        # Values the node takes explicitly are visible to the body too.
+        outer = {n: v for n, v in zip(self.info.input_names, explicit) if n}
+        outer.update(zip(self.implicit, inputs[self.n_explicit :]))
         length = len(explicit[0])
         n_out = len(self.body.output_names)
         results: list[list[Any]] = [[] for _ in range(n_out)]

@@ -16,6 +16,7 @@ import numpy as np
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.limits import check_allocation, output_of
 
 from . import registry
 
@@ -267,6 +268,10 @@ class Concat(Kernel):
         if not arrays:
             raise ValueError("Concat: no inputs")
         axis = _norm_axis(self.axis, arrays[0].ndim)
+        # The same value may be listed many times: the output can dwarf every input.
+        shape = list(arrays[0].shape)
+        shape[axis] = sum(a.shape[axis] if a.ndim > axis else 0 for a in arrays)
+        check_allocation(shape, arrays[0].dtype, output_of(self.info))
         return (np.concatenate(arrays, axis=axis),)
 
 
@@ -330,8 +335,11 @@ class Split(Kernel):
                 raise _invalid(info, f"num_outputs must be >= 1, got {num}")
             if info.has_input(1):
                 raise _invalid(info, "give either the 'split' input or num_outputs, not both")
-        self.num_outputs = num
         self.n = len(info.output_names)
+        if num is not None and num != self.n:
+            # Also keeps a crafted num_outputs=10**12 from building a list of sizes that large.
+            raise _invalid(info, f"num_outputs is {num} but the node has {self.n} outputs")
+        self.num_outputs = num
 
     def compute(self, x, split=None):
         if split is not None and np.asarray(split).size > 0:
@@ -354,6 +362,7 @@ class Expand(Kernel):
         target = np.broadcast_shapes(x.shape, tuple(_ints(shape)))
         if target == x.shape:
             return (x,)
+        check_allocation(target, x.dtype, output_of(self.info))
         return (np.broadcast_to(x, target).copy(),)
 
 
@@ -364,6 +373,7 @@ class Tile1(Kernel):
     def compute(self, x, tiles, axis):
         reps = [1] * x.ndim
         reps[_norm_axis(int(_scalar(axis)), x.ndim)] = int(_scalar(tiles))
+        check_allocation([d * r for d, r in zip(x.shape, reps)], x.dtype, output_of(self.info))
         return (np.tile(x, reps),)
 
 
@@ -377,6 +387,7 @@ class Tile(Kernel):
             raise ValueError(f"Tile: repeats {reps} must have one entry per input axis ({x.ndim})")
         if any(r < 0 for r in reps):
             raise ValueError(f"Tile: repeats {reps} must be >= 0")
+        check_allocation([d * r for d, r in zip(x.shape, reps)], x.dtype, output_of(self.info))
         return (np.tile(x, reps),)
 
 
@@ -524,7 +535,9 @@ class Trilu(Kernel):
 _PAD_MODES = ("constant", "reflect", "edge")
 
 
-def _pad(x: np.ndarray, begins: list[int], ends: list[int], mode: str, value: Any) -> np.ndarray:
+def _pad(
+    x: np.ndarray, begins: list[int], ends: list[int], mode: str, value: Any, info: KernelInfo
+) -> np.ndarray:
     """Pad (or crop, for negative amounts) every axis of ``x``."""
     crop = []
     for d, b, e in zip(x.shape, begins, ends, strict=True):
@@ -539,8 +552,9 @@ def _pad(x: np.ndarray, begins: list[int], ends: list[int], mode: str, value: An
     pe = [max(e, 0) for e in ends]
     if not any(pb) and not any(pe):
         return x
+    shape = [d + b + e for d, b, e in zip(x.shape, pb, pe, strict=True)]
+    check_allocation(shape, x.dtype, output_of(info))
     if mode == "constant":
-        shape = [d + b + e for d, b, e in zip(x.shape, pb, pe, strict=True)]
         out = _filled(shape, value, x.dtype)
         out[tuple(slice(b, b + d) for d, b in zip(x.shape, pb, strict=True))] = x
         return out
@@ -581,7 +595,7 @@ class PadAttr(Kernel):
         r = x.ndim
         if len(self.pads) != 2 * r:
             raise ValueError(f"Pad: pads {self.pads} must have 2 * rank ({2 * r}) entries")
-        return (_pad(x, self.pads[:r], self.pads[r:], self.mode, self.value),)
+        return (_pad(x, self.pads[:r], self.pads[r:], self.mode, self.value, self.info),)
 
 
 @registry.register("Pad", since=(11, 13, 18, 19, 21, 23, 24, 25))
@@ -610,7 +624,7 @@ class Pad(Kernel):
             value = _zero_of(x.dtype)
         else:
             value = _scalar(constant_value)
-        return (_pad(x, begins, ends, self.mode, value),)
+        return (_pad(x, begins, ends, self.mode, value, self.info),)
 
 
 # ----------------------------------------------------------------------------- Depth/Space
@@ -775,6 +789,7 @@ class CenterCropPad(Kernel):
                 dst[a] = slice(start, start + d)
         if out_shape == list(x.shape):
             return (x,)
+        check_allocation(out_shape, x.dtype, output_of(self.info))
         out = _filled(out_shape, _zero_of(x.dtype), x.dtype)
         out[tuple(dst)] = x[tuple(src)]
         return (out,)
