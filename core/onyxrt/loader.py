@@ -160,6 +160,8 @@ def _load_external_data(loaded: LoadedModel) -> None:
         where = f"{loaded.origin}: initializer {tensor.name!r}"
         if not location:
             raise UnsafeExternalData(f"{where}: external data has no location")
+        if "\0" in location:
+            raise UnsafeExternalData(f"{where}: external data path {location!r} contains a NUL character")
         if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
             raise UnsafeExternalData(
                 f"{where}: external data path {location!r} is absolute; external data must "
@@ -206,6 +208,14 @@ def check_model(loaded: LoadedModel) -> None:
     if not model.opset_import:
         raise InvalidModel(f"{loaded.origin}: the model imports no opset; set opset_import")
     _check_ops(model.graph, loaded.origin, _opset_map(model))
+    _check_dims(model.graph, loaded.origin)
+    known = set(onnx.TensorProto.DataType.values())
+    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in known:
+            raise InvalidModel(
+                f"{loaded.origin}: value {vi.name!r} declares element type "
+                f"{vi.type.tensor_type.elem_type}, which ONNX does not define; the file is corrupt"
+            )
 
 
 def _opset_map(model: onnx.ModelProto) -> dict[str, int]:
@@ -238,6 +248,9 @@ def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> N
                     _check_ops(g, origin, opsets)
 
 
+_ATTRIBUTE_TYPES = frozenset(onnx.AttributeProto.AttributeType.values())
+
+
 def _check_arity(node: onnx.NodeProto, origin: str, opset: int) -> None:
     """A standard operator's input and output counts must fit its schema at the model's
     opset, and its attributes be the schema's (as onnxruntime checks when it resolves the
@@ -266,9 +279,42 @@ def _check_arity(node: onnx.NodeProto, origin: str, opset: int) -> None:
             f"{node.op_type}-{schema.since_version} (the version at the model's opset {opset}) does "
             f"not define; it takes {sorted(schema.attributes) or 'no attributes'}"
         )
+    for a in node.attribute:
+        want = int(schema.attributes[a.name].type)  # type: ignore[call-overload]  # (a pybind enum; the stub lacks __int__)
+        if a.type != want:
+            got = onnx.AttributeProto.AttributeType.Name(a.type) if a.type in _ATTRIBUTE_TYPES else str(a.type)
+            raise InvalidGraph(
+                f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}): attribute {a.name!r} is of "
+                f"type {got}, but {node.op_type}-{schema.since_version} takes "
+                f"{onnx.AttributeProto.AttributeType.Name(want)}; fix the node in the model"
+            )
     for name, attr in schema.attributes.items():
         if attr.required and name not in names:
             raise InvalidGraph(
                 f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) lacks the required "
                 f"attribute {name!r} of {node.op_type}-{schema.since_version}; add it to the node"
             )
+
+
+def _check_dims(graph: onnx.GraphProto, origin: str) -> None:
+    """No declared dim or initializer dim may be negative: onnx's shape inference (1.23)
+    aborts the whole process on one (a C++ assertion in Slice's inference), so this must
+    be refused before inference runs."""
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        if vi.type.HasField("tensor_type"):
+            for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    raise InvalidModel(
+                        f"{origin}: value {vi.name!r} declares dimension {axis} as {d.dim_value}; dims "
+                        "must be >= 0 (use a dim_param name for a dynamic dimension)"
+                    )
+    for t in graph.initializer:
+        if any(d < 0 for d in t.dims):
+            raise InvalidModel(f"{origin}: initializer {t.name!r} has negative dims {list(t.dims)}")
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _check_dims(attr.g, origin)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _check_dims(g, origin)

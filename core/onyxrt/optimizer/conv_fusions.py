@@ -58,6 +58,8 @@ def fold_batch_norm_into_conv(model: onnx.ModelProto, ctx: PassContext) -> onnx.
         scale, bias, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
         if not scale.shape == bias.shape == mean.shape == var.shape == (w.shape[0],):
             continue
+        if b is not None and b.shape != (w.shape[0],):
+            continue  # a Conv bias must be 1-D [M]: leave a malformed one to the kernel to refuse
         s = scale / np.sqrt(var + _attr(bn, "epsilon", 1e-5))
         # The per-channel factor in float64, the big product in the weights' own type
         # (float32 products are correctly rounded too; float16 goes through float32).

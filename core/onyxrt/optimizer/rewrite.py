@@ -172,7 +172,12 @@ class Rewrite:
     def dtype(self, name: str) -> np.dtype[Any] | None:
         """The numpy dtype of ``name`` when known."""
         et = self.elem_type(name)
-        return None if et is None else np_dtype(et)
+        if et is None:
+            return None
+        try:
+            return np_dtype(et)
+        except TypeError:  # a corrupt type code: no pattern matches; the session reports it
+            return None
 
     def opset(self, domain: str = "") -> int:
         """The model's opset version for ``domain`` (0 when not imported)."""
