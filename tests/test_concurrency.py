@@ -288,3 +288,26 @@ def test_arena_free_from_the_garbage_collector_inside_allocate_does_not_deadlock
     gc.collect()
     stats = arena.stats()
     assert stats.in_use == 0 and stats.allocations == stats.frees == 2000
+
+
+def test_simnpu_transfer_counters_add_up_under_threads():
+    # The byte counters of SimNPU's transfer are updated from every run's thread: with 8
+    # threads copying at once, none of the additions may be lost.
+    pytest.importorskip("onyxrt_simnpu")
+    from onyxrt_simnpu.provider import SimNPUExecutionProvider
+
+    transfer = SimNPUExecutionProvider().transfer
+    x = np.ones(16, np.float32)
+    stored = transfer.to_device(x).nbytes  # at the storage precision (fp16 by default)
+    transfer.to_device_bytes = 0
+
+    def copy_many():
+        for _ in range(500):
+            transfer.to_device(x)
+
+    threads = [threading.Thread(target=copy_many) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert transfer.to_device_bytes == 8 * 500 * stored

@@ -16,6 +16,7 @@ copy back to the host restores it.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -94,6 +95,8 @@ class SimNPUTransfer:
         self.precision = precision
         self.to_device_bytes = 0
         self.to_host_bytes = 0
+        # Runs from several threads copy at once; `+=` on an attribute is not atomic.
+        self._count_lock = threading.Lock()
 
     def can_copy(self, src: Device, dst: Device) -> bool:
         """Host → NPU and NPU → host."""
@@ -106,11 +109,13 @@ class SimNPUTransfer:
             return self.to_device(np.asarray(value))
         if not isinstance(value, DeviceTensor):
             raise TypeError(f"expected a DeviceTensor from SimNPU memory, got {type(value).__name__}")
-        self.to_host_bytes += value.nbytes
+        with self._count_lock:
+            self.to_host_bytes += value.nbytes
         return value.storage().astype(value.dtype)
 
     def to_device(self, array: np.ndarray) -> DeviceTensor:
         """Store a host array in device memory at the provider's precision."""
         tensor = DeviceTensor(to_storage(array, self.precision), array.dtype, self.arena)
-        self.to_device_bytes += tensor.nbytes
+        with self._count_lock:
+            self.to_device_bytes += tensor.nbytes
         return tensor
