@@ -18,7 +18,7 @@ import numpy as np
 
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
-from onyxrt.optimizer.activations import activation
+from onyxrt.optimizer.fused_ops import MatMulAttributes, conv_epilogue
 
 from . import registry
 from ._spatial import compute_dtype
@@ -34,20 +34,13 @@ class FusedConv(Conv):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.act = activation(
-            info.node_name, info.attr("activation", "") or "", info.attr("activation_params", []) or []
-        )
+        self.epilogue = conv_epilogue(info)
 
     def compute(self, x, w, b=None, z=None):
         (y,) = super().compute(x, w, b)
         if y.dtype != compute_dtype(y.dtype):  # float16/bfloat16: finish in float32
             y = y.astype(np.float32)
-        if z is not None:
-            if z.shape != y.shape:
-                raise ValueError(f"residual Z has shape {z.shape}, the convolution gives {y.shape}")
-            y += z
-        if self.act is not None:
-            self.act(np, y)
+        self.epilogue(np, y, z)
         return (y.astype(x.dtype, copy=False),)
 
 
@@ -57,9 +50,7 @@ class FusedMatMul(Kernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.alpha = float(info.attr("alpha", 1.0))
-        self.trans_a = bool(info.attr("transA", 0))
-        self.trans_b = bool(info.attr("transB", 0))
+        self.attrs = MatMulAttributes.of(info)
 
     def compute(self, a, b, bias=None):
         if a.ndim < 2 or b.ndim < 2:
@@ -67,9 +58,9 @@ class FusedMatMul(Kernel):
         cdt = compute_dtype(a.dtype)
         am = a.astype(cdt, copy=False)
         bm = b.astype(cdt, copy=False)
-        if self.trans_a:
+        if self.attrs.trans_a:
             am = np.swapaxes(am, -1, -2)
-        if self.trans_b:
+        if self.attrs.trans_b:
             bm = np.swapaxes(bm, -1, -2)
         if am.shape[-1] != bm.shape[-2]:
             raise ValueError(f"A' {am.shape} and B' {bm.shape}: inner dimensions differ")
@@ -78,8 +69,8 @@ class FusedMatMul(Kernel):
             y = np.matmul(am.reshape(-1, am.shape[-1]), bm).reshape(am.shape[:-1] + (bm.shape[-1],))
         else:
             y = np.matmul(am, bm)
-        if self.alpha != 1.0:
-            y *= cdt.type(self.alpha)
+        if self.attrs.alpha != 1.0:
+            y *= cdt.type(self.attrs.alpha)
         if bias is not None:
             y += bias.astype(cdt, copy=False)
         return (y.astype(a.dtype, copy=False),)

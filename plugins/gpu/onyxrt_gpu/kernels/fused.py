@@ -2,9 +2,8 @@
 
 The same semantics as the CPU's (``onyxrt_cpu.kernels.fused``; see ``onyxrt.optimizer``):
 ``FusedConv`` adds the bias, the residual ``Z`` and applies the activation in place on the
-convolution's output (activations from ``onyxrt.optimizer.activations``, shared with the
-CPU); ``FusedMatMul`` is ``alpha * A' @ B' + bias`` with transposed views handed to
-cuBLAS/hipBLAS by flag. ``Gelu`` and ``LayerNormalization`` are the standard kernels,
+convolution's output (``onyxrt.optimizer.fused_ops``, shared with the CPU); ``FusedMatMul``
+is ``alpha * A' @ B' + bias`` with transposed views handed to cuBLAS/hipBLAS by flag. ``Gelu`` and ``LayerNormalization`` are the standard kernels,
 registered in the fused domain for models whose opset predates them.
 """
 
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 from onyxrt.kernels import KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
-from onyxrt.optimizer.activations import activation
+from onyxrt.optimizer.fused_ops import MatMulAttributes, conv_epilogue
 
 from . import registry
 from ._common import FLOATS, GpuKernel
@@ -29,18 +28,11 @@ class FusedConv(Conv):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.act = activation(
-            info.node_name, info.attr("activation", "") or "", info.attr("activation_params", []) or []
-        )
+        self.epilogue = conv_epilogue(info)
 
     def compute(self, x, w, b=None, z=None):
         (y,) = super().compute(x, w, b)
-        if z is not None:
-            if tuple(z.shape) != tuple(y.shape):
-                raise ValueError(f"residual Z has shape {z.shape}, the convolution gives {y.shape}")
-            y += z
-        if self.act is not None:
-            self.act(self.cp, y)
+        self.epilogue(self.cp, y, z)
         return (y,)
 
 
@@ -50,19 +42,17 @@ class FusedMatMul(GpuKernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.alpha = float(info.attr("alpha", 1.0))
-        self.trans_a = bool(info.attr("transA", 0))
-        self.trans_b = bool(info.attr("transB", 0))
+        self.attrs = MatMulAttributes.of(info)
 
     def compute(self, a, b, bias=None):
         if a.ndim < 2 or b.ndim < 2:
             raise ValueError(f"FusedMatMul operands must have rank >= 2, got {a.shape} and {b.shape}")
         cp = self.cp
-        am = cp.swapaxes(a, -1, -2) if self.trans_a else a
-        bm = cp.swapaxes(b, -1, -2) if self.trans_b else b
+        am = cp.swapaxes(a, -1, -2) if self.attrs.trans_a else a
+        bm = cp.swapaxes(b, -1, -2) if self.attrs.trans_b else b
         y = cp.matmul(am, bm)
-        if self.alpha != 1.0:
-            y *= y.dtype.type(self.alpha)
+        if self.attrs.alpha != 1.0:
+            y *= y.dtype.type(self.attrs.alpha)
         if bias is not None:
             y += bias.astype(y.dtype, copy=False)
         return (y,)

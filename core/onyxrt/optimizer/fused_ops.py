@@ -1,19 +1,24 @@
-"""The activations ``ai.onyxrt::FusedConv`` applies, written once for every provider.
+"""What the ``ai.onyxrt`` operators mean, written once for every provider's kernels.
 
-Each is an in-place function ``(xp, y) -> None`` over an array module ``xp`` (numpy on the
-CPU, CuPy on GPUs), so the CPU and GPU FusedConv kernels compute exactly the same thing.
-Only ufuncs with ``out=`` are used (CuPy has no ``where=``). :func:`activation` reads the
-node's ``activation`` / ``activation_params`` attributes as the fusion pass wrote them.
+* FusedConv's epilogue — :func:`conv_epilogue` reads the node's ``activation`` /
+  ``activation_params`` attributes (as the fusion pass wrote them) and returns an in-place
+  function ``(xp, y, z) -> None`` that adds the residual ``z`` and applies the activation
+  over an array module ``xp`` (numpy on the CPU, CuPy on GPUs), so the CPU and GPU kernels
+  compute exactly the same thing. Only ufuncs with ``out=`` are used (CuPy has no
+  ``where=``).
+* FusedMatMul's attributes — :class:`MatMulAttributes`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidGraph
+from ..kernels import KernelInfo
 
-__all__ = ["activation", "InPlaceActivation"]
+__all__ = ["activation", "conv_epilogue", "InPlaceActivation", "MatMulAttributes"]
 
 InPlaceActivation = Callable[[Any, Any], None]
 
@@ -85,3 +90,36 @@ def activation(node_name: str, name: str, params: Sequence[float]) -> InPlaceAct
         f"{params}; expected Relu, Sigmoid, Tanh, LeakyRelu[alpha], HardSigmoid[alpha, beta] "
         "or Clip[min, max]"
     )
+
+
+def conv_epilogue(info: KernelInfo) -> Callable[[Any, Any, Any], None]:
+    """FusedConv's work after the convolution: ``epilogue(xp, y, z)`` adds the residual
+    ``z`` (``None`` when absent) to ``y`` and applies the activation, in place."""
+    act = activation(
+        info.node_name, info.attr("activation", "") or "", info.attr("activation_params", []) or []
+    )
+
+    def epilogue(xp: Any, y: Any, z: Any) -> None:
+        if z is not None:
+            if tuple(z.shape) != tuple(y.shape):
+                raise ValueError(f"residual Z has shape {z.shape}, the convolution gives {y.shape}")
+            y += z
+        if act is not None:
+            act(xp, y)
+
+    return epilogue
+
+
+@dataclass(frozen=True)
+class MatMulAttributes:
+    """FusedMatMul's attributes: ``Y = alpha * A' @ B' + bias``, where A'/B' swap their
+    last two axes when ``trans_a``/``trans_b``."""
+
+    alpha: float
+    trans_a: bool
+    trans_b: bool
+
+    @classmethod
+    def of(cls, info: KernelInfo) -> MatMulAttributes:
+        """Read them from the node."""
+        return cls(float(info.attr("alpha", 1.0)), bool(info.attr("transA", 0)), bool(info.attr("transB", 0)))
