@@ -19,6 +19,7 @@ import onnx.defs
 import onnx.inliner
 
 from .errors import InvalidModel
+from .loader import opset_versions
 
 __all__ = ["inline_local_functions", "function_body", "expand_nodes", "EXPANDED_DOMAIN"]
 
@@ -162,7 +163,7 @@ def expand_nodes(
     wanted = set(names)
     result = onnx.ModelProto()
     result.CopyFrom(model)
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in result.opset_import}
+    opsets = opset_versions(result)
     expanded: list[str] = []
     selected: list[tuple[str, str]] = []
     for name, node in zip(_node_names(result.graph), result.graph.node):

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 
 from .errors import InvalidGraph, InvalidModel, NotImplementedOp, UnsafeExternalData
 
-__all__ = ["LoadedModel", "load_model", "iter_tensors"]
+__all__ = ["LoadedModel", "load_model", "iter_tensors", "opset_versions"]
 
 
 @dataclass
@@ -207,7 +207,7 @@ def check_model(loaded: LoadedModel) -> None:
     model = loaded.proto
     if not model.opset_import:
         raise InvalidModel(f"{loaded.origin}: the model imports no opset; set opset_import")
-    _check_ops(model.graph, loaded.origin, _opset_map(model))
+    _check_ops(model.graph, loaded.origin, opset_versions(model))
     _check_dims(model.graph, loaded.origin)
     known = set(onnx.TensorProto.DataType.values())
     for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
@@ -218,7 +218,8 @@ def check_model(loaded: LoadedModel) -> None:
             )
 
 
-def _opset_map(model: onnx.ModelProto) -> dict[str, int]:
+def opset_versions(model: onnx.ModelProto) -> dict[str, int]:
+    """The model's opset version per domain ("" for the default domain, however spelled)."""
     return {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in model.opset_import}
 
 

@@ -43,7 +43,7 @@ from .graph import Graph, check_structure
 from .iobinding import IOBinding
 from .kernels import ValueType
 from .limits import limits_from_config, run_limits
-from .loader import LoadedModel, check_model, load_model
+from .loader import LoadedModel, check_model, load_model, opset_versions
 from .logs import session_logger
 from .optimizer import PassContext, optimize
 from .options import format_option_value
@@ -215,7 +215,7 @@ class InferenceSession:
             check_structure(proto.graph)
         except InvalidModel as exc:
             raise type(exc)(f"{self._loaded.origin}: {exc}") from None
-        opsets = _opset_versions(proto)
+        opsets = opset_versions(proto)
         ctx = PassContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets))
         proto = optimize(
             proto, self._sess_options.graph_optimization_level, lambda m: _infer_shapes(m, self._logger), ctx
@@ -250,7 +250,7 @@ class InferenceSession:
             vi.name: vi.type for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
         }
         try:
-            return Graph.from_proto(proto.graph, _opset_versions(proto), arrays=arrays)
+            return Graph.from_proto(proto.graph, opset_versions(proto), arrays=arrays)
         except InvalidModel as exc:  # name the file in structural errors too
             raise type(exc)(f"{self._loaded.origin}: {exc}") from None
 
@@ -752,10 +752,6 @@ class InferenceSession:
 
 #: Initializers larger than this lend only their shape to shape inference, not their bytes.
 _INFERENCE_BYTES = 4096
-
-
-def _opset_versions(model: onnx.ModelProto) -> dict[str, int]:
-    return {("" if i.domain == "ai.onnx" else i.domain): int(i.version) for i in model.opset_import}
 
 
 def _all_can_run(

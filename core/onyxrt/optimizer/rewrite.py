@@ -18,6 +18,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..dtypes import np_dtype, onnx_elem_type
+from ..loader import opset_versions
 
 __all__ = ["Rewrite", "subgraph_reads", "remove_initializers", "DEFAULT_DOMAINS"]
 
@@ -80,9 +81,7 @@ class Rewrite:
         self.constants = {n for n in self.initializers if n not in inputs}
         self._arrays: dict[str, np.ndarray] = {}
         self.types = {vi.name: vi.type for vi in [*graph.input, *graph.value_info, *graph.output]}
-        self.opsets = {
-            ("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import
-        }
+        self.opsets = opset_versions(model)
         self._removed: set[int] = set()
         self._inserted: dict[int, list[onnx.NodeProto]] = {}
         self._new_initializers: list[onnx.TensorProto] = []

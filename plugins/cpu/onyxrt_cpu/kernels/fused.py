@@ -24,6 +24,7 @@ from . import registry
 from ._spatial import compute_dtype
 from .activation import Gelu
 from .conv import Conv
+from .linalg import matmul
 from .normalization import LayerNormalization
 
 __all__ = ["FusedConv", "FusedMatMul"]
@@ -64,11 +65,7 @@ class FusedMatMul(Kernel):
             bm = np.swapaxes(bm, -1, -2)
         if am.shape[-1] != bm.shape[-2]:
             raise ValueError(f"A' {am.shape} and B' {bm.shape}: inner dimensions differ")
-        if bm.ndim == 2 and am.ndim > 2 and am.flags.c_contiguous:
-            # (..., M, K) @ (K, N) as one (prod(...) * M, K) GEMM instead of one per batch.
-            y = np.matmul(am.reshape(-1, am.shape[-1]), bm).reshape(am.shape[:-1] + (bm.shape[-1],))
-        else:
-            y = np.matmul(am, bm)
+        y = matmul(am, bm)
         if self.attrs.alpha != 1.0:
             y *= cdt.type(self.attrs.alpha)
         if bias is not None:

@@ -17,7 +17,7 @@ from onyxrt.kernels import Kernel, KernelInfo
 from . import registry
 from ._spatial import compute_dtype
 
-__all__ = ["Gemm", "MatMul", "MatMulInteger", "Einsum", "Det"]
+__all__ = ["Gemm", "MatMul", "MatMulInteger", "Einsum", "Det", "matmul"]
 
 
 def _bad(info: KernelInfo, msg: str) -> InvalidGraph:
@@ -77,6 +77,15 @@ class Gemm(Kernel):
         return (np.asarray(y).astype(a.dtype, copy=False),)
 
 
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul``, with a batched ``(..., M, K)`` times a 2-D ``(K, N)`` as one GEMM over
+    all rows rather than one per batch entry."""
+    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
+        y = np.matmul(a.reshape(-1, a.shape[-1]), b)
+        return y.reshape(a.shape[:-1] + (b.shape[-1],))
+    return np.matmul(a, b)
+
+
 @registry.register("MatMul", since=(1, 9, 13))
 class MatMul(Kernel):
     """numpy.matmul semantics: batched N-d product, 1-D operands promoted and squeezed."""
@@ -95,11 +104,7 @@ class MatMul(Kernel):
             raise ValueError("MatMul operands must have rank >= 1")
         cdt = compute_dtype(a.dtype)
         if cdt == a.dtype:
-            if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
-                # (..., M, K) @ (K, N) as one GEMM over all rows, not one per batch entry.
-                y = np.matmul(a.reshape(-1, a.shape[-1]), b)
-                return (y.reshape(a.shape[:-1] + (b.shape[-1],)),)
-            return (np.asarray(np.matmul(a, b)),)
+            return (np.asarray(matmul(a, b)),)
         if self._b_f32 is not None and (b is self._b_src or np.array_equal(b, self._b_src)):
             bc = self._b_f32
         else:
