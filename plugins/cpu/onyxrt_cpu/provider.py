@@ -11,7 +11,7 @@ from onyxrt.devices import HOST_MEMORY, Device
 from onyxrt.options import OptionSchema
 from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
-from . import __version__
+from . import __version__, native
 from .kernels import registry
 from .malloc_tuning import ENV_VAR as MALLOC_ENV_VAR
 from .malloc_tuning import tune_malloc
@@ -42,6 +42,7 @@ class CPUExecutionProvider(KernelRegistryProvider):
             "cpus": str(os.cpu_count()),
             "malloc": f"large buffers reused from the heap unless {MALLOC_ENV_VAR}=0 "
                       "(see onyxrt_cpu/malloc_tuning.py)",
+            "kernels": native.status(),
         })
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

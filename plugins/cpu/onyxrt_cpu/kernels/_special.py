@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["erf", "erf_float32"]
+from .. import native
+
+__all__ = ["erf", "erf_float32", "gelu_float32_native"]
 
 # erf(x) for |x| <= 2.5 is x * p(t), with p a degree-18 polynomial in t = 2 x^2 / 6.25 - 1:
 # the Chebyshev interpolant of erf(sqrt(z)) / sqrt(z) on z in [0, 6.25], built at import time
@@ -114,3 +116,14 @@ def erf_float32(x: np.ndarray) -> np.ndarray:
         acc += c
     acc *= a
     return np.copysign(acc, x, out=acc)
+
+
+def gelu_float32_native(x: np.ndarray) -> np.ndarray | None:
+    """GELU of a float32 array with :func:`erf_float32`'s polynomial in one compiled pass
+    (``onyxrt_cpu.native``); ``None`` when the extension is off or ``x`` does not qualify."""
+    return native.gelu_erf(
+        x, _ERF32_POLY, float(_ERF32_CLAMP), float(np.float32(2.0 / _ERF32_Z)), _SQRT_HALF
+    )
+
+
+_SQRT_HALF = float(np.float32(1.0 / math.sqrt(2.0)))

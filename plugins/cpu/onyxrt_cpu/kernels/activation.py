@@ -21,7 +21,7 @@ from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 
 from . import registry
-from ._special import erf, erf_float32
+from ._special import erf, erf_float32, gelu_float32_native
 
 _BF16 = np_dtype(TensorProto.BFLOAT16)
 _HALF_TYPES = (np.dtype(np.float16), _BF16)
@@ -282,6 +282,9 @@ class Gelu(Kernel):
             inner = math.sqrt(2.0 / math.pi) * (w + 0.044715 * (w * w * w))
             y = 0.5 * w * (1.0 + np.tanh(inner))
         elif x.dtype == np.float32:
+            y = gelu_float32_native(x)
+            if y is not None:
+                return (y,)
             # In float32, in place on one temporary: y = x * (0.5 + 0.5 erf(x / sqrt 2)).
             y = erf_float32(x * np.float32(1.0 / math.sqrt(2.0)))
             y *= np.float32(0.5)

@@ -24,6 +24,7 @@ import numpy as np
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 
+from .. import native
 from . import registry
 from ._spatial import (
     SpatialAttrs,
@@ -37,7 +38,7 @@ from ._spatial import (
     window,
 )
 
-__all__ = ["Conv", "ConvTranspose", "ConvInteger", "conv_forward"]
+__all__ = ["Conv", "ConvTranspose", "ConvInteger", "add_channel_bias", "conv_forward"]
 
 
 def _group(info: KernelInfo) -> int:
@@ -144,7 +145,10 @@ def conv_forward(
             np.matmul(w2, xi, out=y[i].reshape(w2.shape[:-1] + (L,)))
         return y
     if c_per_g == 1 and group > 1 and ntaps > 1:
-        _depthwise(x, wp, kernel, strides, dilations, win, pad_value, y)
+        if pad_value != 0 or not native.depthwise2d(
+            np.ascontiguousarray(x), wp, y, kernel, strides, win.pads_begin, dilations
+        ):
+            _depthwise(x, wp, kernel, strides, dilations, win, pad_value, y)
         return y
     for n0, n1, r0, r1 in _chunks(n, c * ntaps, out, x.dtype.itemsize):
         _conv_chunk(x, wp, kernel, strides, dilations, win, pad_value, y, n0, n1, r0, r1)
@@ -219,7 +223,11 @@ def _conv_chunk(
     sub = (r1 - r0,) + win.out_shape[1:]
     ls = prod(sub)
     cols = _scratch("cols", (c, prod(kernel), nb) + sub, x.dtype)
-    _im2col(x[n0:n1], kernel, strides, dilations, win, pad_value, r0, cols)
+    xb = x[n0:n1]
+    if pad_value != 0 or not native.im2col2d(
+        xb, cols, kernel, win.out_shape, strides, win.pads_begin, dilations, r0
+    ):
+        _im2col(xb, kernel, strides, dilations, win, pad_value, r0, cols)
     cols = cols.reshape(group, k_per_g, nb * ls)
     rest = ls // sub[0]
     if nb == 1:
@@ -352,13 +360,29 @@ class Conv(_ConvBase):
         self._w = _PrepackedWeight(info, self.group, _pack_conv_weight)
 
     def compute(self, x, w, b=None):
+        y = self._convolve(x, w)
+        if b is not None:
+            add_channel_bias(y, b)
+        return (y.astype(x.dtype, copy=False),)
+
+    def _convolve(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """conv(X, W) without bias, in the compute dtype, in a fresh buffer."""
         k, s, d, win = self._geometry(x, w)
         cdt = compute_dtype(x.dtype)
-        wp = self._w.get(w, cdt)
-        y = conv_forward(x.astype(cdt, copy=False), wp, k, s, d, win)
-        if b is not None:
-            y += b.astype(cdt, copy=False).reshape((-1,) + (1,) * len(k))
-        return (y.astype(x.dtype, copy=False),)
+        return conv_forward(x.astype(cdt, copy=False), self._w.get(w, cdt), k, s, d, win)
+
+
+def add_channel_bias(y: np.ndarray, b: np.ndarray) -> None:
+    """y (N, M, *spatial) += b (M values) per output channel, in place."""
+    m = y.shape[1]
+    if b.size != m:
+        raise ValueError(f"B has {b.size} values; the convolution has {m} output channels")
+    b = b.astype(y.dtype, copy=False)
+    if not native.epilogue(y, b, None):
+        # (N, M, L) + (M, 1): one broadcast whose inner loop runs over all of a channel's
+        # positions (over (M, 1, 1) it would run over rows as short as 7 elements).
+        rows = y.reshape(y.shape[0], m, -1)
+        rows += b.reshape(m, 1)
 
 
 @registry.register("ConvInteger", since=10)

@@ -20,10 +20,11 @@ from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
 from onyxrt.optimizer.fused_ops import MatMulAttributes, conv_epilogue
 
+from .. import native
 from . import registry
 from ._spatial import compute_dtype
 from .activation import Gelu
-from .conv import Conv
+from .conv import Conv, add_channel_bias
 from .linalg import matmul
 from .normalization import LayerNormalization
 
@@ -36,13 +37,39 @@ class FusedConv(Conv):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.epilogue = conv_epilogue(info)
+        self.native_activation = _native_activation(
+            info.attr("activation", "") or "", info.attr("activation_params", []) or []
+        )
 
     def compute(self, x, w, b=None, z=None):
-        (y,) = super().compute(x, w, b)
-        if y.dtype != compute_dtype(y.dtype):  # float16/bfloat16: finish in float32
-            y = y.astype(np.float32)
+        y = self._convolve(x, w)
+        if self.native_activation is not None and native.epilogue(
+            y,
+            None if b is None else b.astype(y.dtype, copy=False),
+            None if z is None else z.astype(y.dtype, copy=False),
+            *self.native_activation,
+        ):
+            # bias, residual and activation in one compiled pass
+            return (y.astype(x.dtype, copy=False),)
+        if b is not None:
+            add_channel_bias(y, b)
         self.epilogue(np, y, z)
         return (y.astype(x.dtype, copy=False),)
+
+
+def _native_activation(name: str, params: list[float]) -> tuple[int, float, float] | None:
+    """The compiled epilogue's (code, p0, p1) for this activation, or None when it has
+    none (the numpy epilogue then runs)."""
+    params = [float(p) for p in params]
+    if name == "":
+        return (native.ACT_NONE, 0.0, 0.0)
+    if name == "Relu" and not params:
+        return (native.ACT_RELU, 0.0, 0.0)
+    if name == "Clip" and len(params) == 2:
+        return (native.ACT_CLIP, params[0], params[1])
+    if name == "LeakyRelu" and len(params) == 1:
+        return (native.ACT_LEAKY, params[0], 0.0)
+    return None
 
 
 @registry.register("FusedMatMul", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)

@@ -1,0 +1,656 @@
+/*
+ * onyxrt_cpu._native: the CPU provider's compiled inner loops (float32).
+ *
+ * numpy runs these operations as several whole-array passes with short inner loops
+ * (a 3x3 depthwise convolution is ~19 passes over 7-element rows at 7x7); here each is
+ * one pass whose inner loop the compiler vectorizes. Only what numpy does badly lives
+ * here: everything else, and every other dtype, stays in numpy. The module is optional:
+ * onyxrt_cpu.native falls back to the numpy kernels when it was not built.
+ *
+ * Interface rules (checked by onyxrt_cpu.native before calling, and again here so that
+ * no call can read or write out of bounds): every array is a C-contiguous float32
+ * buffer, dimensions are passed as integers, and the GIL is released while computing.
+ * Built with function multiversioning on x86-64 Linux (AVX-512 / AVX2 / baseline picked
+ * at load time), so a wheel built here runs on any x86-64 machine.
+ *
+ * Everything runs on the calling thread. Splitting these loops over threads was measured
+ * and lost: after each GEMM, OpenBLAS's worker threads keep spinning for a while, and a
+ * thread of ours then shares a core with one of them (ResNet-50's conv epilogues went
+ * from 2 to 16 ms per run on 2 cores).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(ONYXRT_NO_CLONES)
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+typedef Py_ssize_t idx;
+
+/* ------------------------------------------------------------------ buffers */
+
+/* A float32 view of `obj`; `need` is the minimum number of floats it must hold. */
+static int
+get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous float32 array", name,
+                     writable ? "writable " : "");
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') {
+        f++;
+    }
+    if (view->itemsize != 4 || strcmp(f, "f") != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s must be float32", name);
+        return -1;
+    }
+    if (need < 0 || view->len / 4 < need) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s holds %zd floats, %zd needed", name,
+                     view->len / 4, need);
+        return -1;
+    }
+    return 0;
+}
+
+/* Like get_f32, for an optional argument: None leaves view->buf NULL. */
+static int
+get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name)
+{
+    if (obj == Py_None) {
+        memset(view, 0, sizeof(*view));
+        return 0;
+    }
+    return get_f32(obj, view, 0, need, name);
+}
+
+static void
+release(Py_buffer *view)
+{
+    if (view->buf != NULL || view->obj != NULL) {
+        PyBuffer_Release(view);
+    }
+}
+
+static int
+check_positive(const char *what, idx value, idx minimum)
+{
+    if (value < minimum) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %zd", what, minimum, value);
+        return -1;
+    }
+    return 0;
+}
+
+/* [lo, hi): the outputs o in [0, n_out) whose input o * stride + offset lies in [0, size). */
+static void
+valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi)
+{
+    idx l = 0;
+    if (offset < 0) {
+        l = (-offset + stride - 1) / stride;
+    }
+    idx h = 0;
+    if (size - 1 - offset >= 0) {
+        h = (size - 1 - offset) / stride + 1;
+    }
+    if (h > n_out) {
+        h = n_out;
+    }
+    if (l > h) {
+        l = h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* ------------------------------------------------------------------ GELU (erf) */
+
+/* Degree of the erf polynomial in onyxrt_cpu.kernels._special (erf_float32). */
+#define ERF_COEFFS 19
+#define GELU_BLOCK 512
+
+MULTIVERSION void
+onyxrt_gelu_erf(const float *x, float *y, idx n, const float *coeffs, float clamp,
+                float t_scale, float scale)
+{
+    /* y = x * (0.5 + 0.5 * erf(x / sqrt 2)), erf(u) = u * q(2 u^2 / clamp^2 - 1) with |u|
+     * clamped and t_scale = 2 / clamp^2: the polynomial and operations of erf_float32. Blocks keep the
+     * temporaries in L1 and give the compiler simple loops to vectorize. */
+    float a[GELU_BLOCK], t[GELU_BLOCK], acc[GELU_BLOCK];
+    for (idx start = 0; start < n; start += GELU_BLOCK) {
+        idx m = n - start < GELU_BLOCK ? n - start : GELU_BLOCK;
+        const float *xs = x + start;
+        for (idx i = 0; i < m; i++) {
+            float u = fabsf(xs[i] * scale);
+            a[i] = u < clamp ? u : clamp; /* NaN -> clamp; the final * x gives NaN */
+            float tt = a[i] * a[i];
+            t[i] = tt * t_scale - 1.0f;
+            acc[i] = coeffs[ERF_COEFFS - 1];
+        }
+        for (int k = ERF_COEFFS - 2; k >= 0; k--) {
+            const float c = coeffs[k];
+            for (idx i = 0; i < m; i++) {
+                acc[i] = acc[i] * t[i] + c;
+            }
+        }
+        float *ys = y + start;
+        for (idx i = 0; i < m; i++) {
+            float e = copysignf(acc[i] * a[i], xs[i]);
+            ys[i] = (e * 0.5f + 0.5f) * xs[i];
+        }
+    }
+}
+
+static PyObject *
+py_gelu_erf(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo, *co;
+    float clamp, t_scale, scale;
+    if (!PyArg_ParseTuple(args, "OOOfff", &xo, &yo, &co, &clamp, &t_scale, &scale)) {
+        return NULL;
+    }
+    Py_buffer x, y, c;
+    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+        return NULL;
+    }
+    idx n = x.len / 4;
+    if (get_f32(yo, &y, 1, n, "out") < 0) {
+        release(&x);
+        return NULL;
+    }
+    if (get_f32(co, &c, 0, ERF_COEFFS, "coefficients") < 0) {
+        release(&x);
+        release(&y);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_gelu_erf((const float *)x.buf, (float *)y.buf, n, (const float *)c.buf, clamp,
+                    t_scale, scale);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    release(&c);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ conv epilogue */
+
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_LEAKY = 3 };
+
+MULTIVERSION void
+onyxrt_epilogue(float *y, idx r_begin, idx r_end, idx channels, idx length, const float *bias,
+                const float *z, int act, float p0, float p1)
+{
+    /* y[r, :] = act(y[r, :] + bias[r % channels] + z[r, :]) in one pass, rows [r_begin, r_end). */
+    for (idx r = r_begin; r < r_end; r++) {
+        float *yr = y + r * length;
+        const float b = bias ? bias[r % channels] : 0.0f;
+        if (z) {
+            const float *zr = z + r * length;
+            for (idx i = 0; i < length; i++) {
+                yr[i] = yr[i] + b + zr[i];
+            }
+        } else if (bias) {
+            for (idx i = 0; i < length; i++) {
+                yr[i] += b;
+            }
+        }
+        switch (act) {
+        case ACT_RELU:
+            for (idx i = 0; i < length; i++) {
+                /* max(y, 0) as numpy's maximum: NaN stays NaN */
+                yr[i] = (yr[i] < 0.0f) ? 0.0f : yr[i];
+            }
+            break;
+        case ACT_CLIP:
+            for (idx i = 0; i < length; i++) {
+                float v = (yr[i] < p0) ? p0 : yr[i];
+                yr[i] = (v > p1) ? p1 : v;
+            }
+            break;
+        case ACT_LEAKY:
+            for (idx i = 0; i < length; i++) {
+                float v = yr[i];
+                yr[i] = (v < 0.0f) ? v * p0 : v;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static PyObject *
+py_epilogue(PyObject *self, PyObject *args)
+{
+    PyObject *yo, *bo, *zo;
+    idx channels, length;
+    int act;
+    float p0, p1;
+    if (!PyArg_ParseTuple(args, "OnnOOiff", &yo, &channels, &length, &bo, &zo, &act, &p0, &p1)) {
+        return NULL;
+    }
+    if (check_positive("channels", channels, 1) < 0 || check_positive("length", length, 0) < 0) {
+        return NULL;
+    }
+    if (act < ACT_NONE || act > ACT_LEAKY) {
+        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
+        return NULL;
+    }
+    Py_buffer y, b, z;
+    if (get_f32(yo, &y, 1, 0, "y") < 0) {
+        return NULL;
+    }
+    idx n = y.len / 4;
+    idx rows = length ? n / length : 0;
+    if (rows * length != n || rows % channels != 0) {
+        release(&y);
+        PyErr_Format(PyExc_ValueError, "y holds %zd floats: not a whole number of %zd x %zd images",
+                     n, channels, length);
+        return NULL;
+    }
+    if (get_optional_f32(bo, &b, channels, "bias") < 0) {
+        release(&y);
+        return NULL;
+    }
+    if (get_optional_f32(zo, &z, n, "z") < 0) {
+        release(&y);
+        release(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_epilogue((float *)y.buf, 0, rows, channels, length, (const float *)b.buf,
+                    (const float *)z.buf, act, p0, p1);
+    Py_END_ALLOW_THREADS
+    release(&y);
+    release(&b);
+    release(&z);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ 2-D geometry */
+
+typedef struct {
+    idx n, c, h, w;       /* input (N, C, H, W) */
+    idx kh, kw;           /* kernel */
+    idx oh, ow;           /* output */
+    idx sh, sw, ph, pw, dh, dw; /* strides, leading pads, dilations */
+} Geometry;
+
+static int
+parse_geometry(PyObject *tuple, Geometry *g)
+{
+    if (!PyArg_ParseTuple(tuple, "nnnnnnnnnnnnnn", &g->n, &g->c, &g->h, &g->w, &g->kh, &g->kw,
+                          &g->oh, &g->ow, &g->sh, &g->sw, &g->ph, &g->pw, &g->dh, &g->dw)) {
+        return -1;
+    }
+    if (check_positive("N", g->n, 0) < 0 || check_positive("C", g->c, 1) < 0 ||
+        check_positive("H", g->h, 0) < 0 || check_positive("W", g->w, 0) < 0 ||
+        check_positive("kernel height", g->kh, 1) < 0 || check_positive("kernel width", g->kw, 1) < 0 ||
+        check_positive("output height", g->oh, 0) < 0 || check_positive("output width", g->ow, 0) < 0 ||
+        check_positive("stride", g->sh, 1) < 0 || check_positive("stride", g->sw, 1) < 0 ||
+        check_positive("dilation", g->dh, 1) < 0 || check_positive("dilation", g->dw, 1) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ depthwise conv */
+
+/* Depthwise convolution works on "phase planes": along an axis with stride s, output o
+ * and tap k read input o*s + k*d - pad = (o + q)*s + b - pad with q = k*d / s and
+ * b = k*d % s, so phase plane b (every s-th padded input position, starting at b) holds
+ * what tap k reads for all outputs at offset q. With the phase planes of one input
+ * channel laid out flat, row width wq, every tap reads one contiguous run of the same
+ * length as the outputs: a 3x3 stride-2 kernel is nine unit-stride multiply-adds, and a
+ * 7x7 output is one loop over 7 rows at once rather than seven loops of 7. Outputs are
+ * computed on rows of width wq (wq - ow columns of them unused) and then compacted. */
+
+typedef struct {
+    idx hq, wq;       /* phase plane extent */
+    idx plane;        /* floats per phase plane, with slack for the last row's overrun */
+    idx phases;       /* sh * sw */
+    idx span;         /* outputs computed per plane: oh * wq */
+} PhaseLayout;
+
+static PhaseLayout
+phase_layout(const Geometry *g)
+{
+    PhaseLayout p;
+    const idx qy = (g->kh - 1) * g->dh / g->sh;
+    const idx qx = (g->kw - 1) * g->dw / g->sw;
+    p.hq = g->oh + qy;
+    p.wq = g->ow + qx;
+    p.plane = p.hq * p.wq + qx;
+    p.phases = g->sh * g->sw;
+    p.span = g->oh * p.wq;
+    return p;
+}
+
+/* The phase planes of the input plane x (h, w) into buf (phases * plane floats). */
+static void
+fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf)
+{
+    /* Locals, not g->...: stores through dst would otherwise force reloads (Python builds
+     * extensions with -fno-strict-aliasing). */
+    const idx h = g->h, w = g->w, sh = g->sh, sw = g->sw, ph = g->ph, pw = g->pw;
+    const idx hq = p->hq, wq = p->wq, plane_floats = p->plane;
+    for (idx by = 0; by < sh; by++) {
+        for (idx bx = 0; bx < sw; bx++) {
+            float *plane = buf + (by * sw + bx) * plane_floats;
+            idx lo, hi;
+            valid_range(wq, sw, bx - pw, w, &lo, &hi);
+            for (idx r = 0; r < hq; r++) {
+                float *restrict dst = plane + r * wq;
+                const idx iy = r * sh + by - ph;
+                if (iy < 0 || iy >= h || hi <= lo) {
+                    memset(dst, 0, sizeof(float) * (size_t)wq);
+                    continue;
+                }
+                const float *restrict src = x + iy * w + bx - pw;
+                memset(dst, 0, sizeof(float) * (size_t)lo);
+                if (sw == 1) {
+                    memcpy(dst + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+                } else if (sw == 2) {
+                    for (idx c = lo; c < hi; c++) {
+                        dst[c] = src[2 * c];
+                    }
+                } else {
+                    for (idx c = lo; c < hi; c++) {
+                        dst[c] = src[c * sw];
+                    }
+                }
+                memset(dst + hi, 0, sizeof(float) * (size_t)(wq - hi));
+            }
+            memset(plane + hq * wq, 0, sizeof(float) * (size_t)(plane_floats - hq * wq));
+        }
+    }
+}
+
+/* Where tap (ky, kx) starts reading, relative to the phase buffer. */
+static idx
+tap_offset(const Geometry *g, const PhaseLayout *p, idx ky, idx kx)
+{
+    const idx ry = ky * g->dh, rx = kx * g->dw;
+    const idx phase = (ry % g->sh) * g->sw + rx % g->sw;
+    return phase * p->plane + (ry / g->sh) * p->wq + rx / g->sw;
+}
+
+MULTIVERSION void
+onyxrt_depthwise_taps9(const float *buf, const idx *offsets, const float *wk, float *wide,
+                       idx span)
+{
+    const float *restrict s0 = buf + offsets[0], *restrict s1 = buf + offsets[1];
+    const float *restrict s2 = buf + offsets[2], *restrict s3 = buf + offsets[3];
+    const float *restrict s4 = buf + offsets[4], *restrict s5 = buf + offsets[5];
+    const float *restrict s6 = buf + offsets[6], *restrict s7 = buf + offsets[7];
+    const float *restrict s8 = buf + offsets[8];
+    float *restrict out = wide;
+    const float w0 = wk[0], w1 = wk[1], w2 = wk[2], w3 = wk[3], w4 = wk[4];
+    const float w5 = wk[5], w6 = wk[6], w7 = wk[7], w8 = wk[8];
+    for (idx i = 0; i < span; i++) {
+        float acc = w0 * s0[i];
+        acc += w1 * s1[i];
+        acc += w2 * s2[i];
+        acc += w3 * s3[i];
+        acc += w4 * s4[i];
+        acc += w5 * s5[i];
+        acc += w6 * s6[i];
+        acc += w7 * s7[i];
+        acc += w8 * s8[i];
+        out[i] = acc;
+    }
+}
+
+MULTIVERSION void
+onyxrt_depthwise_taps(const float *buf, const idx *offsets, idx taps, const float *wk,
+                      float *wide, idx span)
+{
+    float *restrict out = wide;
+    for (idx i = 0; i < span; i++) {
+        out[i] = 0.0f;
+    }
+    for (idx t = 0; t < taps; t++) {
+        const float *restrict src = buf + offsets[t];
+        const float wv = wk[t];
+        for (idx i = 0; i < span; i++) {
+            out[i] += wv * src[i];
+        }
+    }
+}
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    const Geometry *g;
+    idx m_per_g;
+    int failed; /* set when the work buffers could not be allocated */
+} DepthwiseArgs;
+
+/* Input planes [begin, end) of the N * C. */
+static void
+depthwise_planes(DepthwiseArgs *a, idx begin, idx end)
+{
+    const Geometry *g = a->g;
+    const idx taps = g->kh * g->kw;
+    const idx m_per_g = a->m_per_g;
+    const PhaseLayout p = phase_layout(g);
+    float *buf = (float *)malloc(sizeof(float) * (size_t)(p.phases * p.plane + p.span));
+    idx *offsets = (idx *)malloc(sizeof(idx) * (size_t)taps);
+    if (buf == NULL || offsets == NULL) {
+        free(buf);
+        free(offsets);
+        a->failed = 1;
+        return;
+    }
+    float *wide = buf + p.phases * p.plane;
+    for (idx ky = 0; ky < g->kh; ky++) {
+        for (idx kx = 0; kx < g->kw; kx++) {
+            offsets[ky * g->kw + kx] = tap_offset(g, &p, ky, kx);
+        }
+    }
+    for (idx plane = begin; plane < end; plane++) {
+        const idx n = plane / g->c, ic = plane % g->c;
+        fill_phases(a->x + plane * g->h * g->w, g, &p, buf);
+        for (idx j = 0; j < m_per_g; j++) {
+            const idx oc = ic * m_per_g + j;
+            float *yo = a->y + (n * g->c * m_per_g + oc) * g->oh * g->ow;
+            /* Straight into y when rows need no compaction. */
+            float *dst = p.wq == g->ow ? yo : wide;
+            if (taps == 9) {
+                onyxrt_depthwise_taps9(buf, offsets, a->w + oc * taps, dst, p.span);
+            } else {
+                onyxrt_depthwise_taps(buf, offsets, taps, a->w + oc * taps, dst, p.span);
+            }
+            if (dst == wide) {
+                for (idx oy = 0; oy < g->oh; oy++) {
+                    memcpy(yo + oy * g->ow, wide + oy * p.wq, sizeof(float) * (size_t)g->ow);
+                }
+            }
+        }
+    }
+    free(buf);
+    free(offsets);
+}
+
+static PyObject *
+py_depthwise(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *yo, *geo;
+    idx m_per_g;
+    if (!PyArg_ParseTuple(args, "OOOOn", &xo, &wo, &yo, &geo, &m_per_g)) {
+        return NULL;
+    }
+    Geometry g;
+    if (parse_geometry(geo, &g) < 0 || check_positive("outputs per group", m_per_g, 1) < 0) {
+        return NULL;
+    }
+    Py_buffer x, w, y;
+    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
+        return NULL;
+    }
+    if (get_f32(wo, &w, 0, g.c * m_per_g * g.kh * g.kw, "w") < 0) {
+        release(&x);
+        return NULL;
+    }
+    if (get_f32(yo, &y, 1, g.n * g.c * m_per_g * g.oh * g.ow, "y") < 0) {
+        release(&x);
+        release(&w);
+        return NULL;
+    }
+    DepthwiseArgs a = {(const float *)x.buf, (const float *)w.buf, (float *)y.buf, &g, m_per_g, 0};
+    if (g.oh > 0 && g.ow > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        depthwise_planes(&a, 0, g.n * g.c);
+        Py_END_ALLOW_THREADS
+    }
+    release(&x);
+    release(&w);
+    release(&y);
+    if (a.failed) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ im2col */
+
+MULTIVERSION void
+onyxrt_im2col(const float *x, float *cols, const Geometry *g, idx r0, idx rows, idx c_begin,
+              idx c_end)
+{
+    /* cols (C, KH*KW, N, rows, OW) from x (N, C, H, W): output rows [r0, r0 + rows),
+     * zeros where a tap falls in the padding. (Locals rather than g->...: see
+     * fill_phases.) */
+    const idx n = g->n, c_in = g->c, h = g->h, w = g->w, kh = g->kh, kw = g->kw;
+    const idx ow = g->ow, sh = g->sh, sw = g->sw, ph = g->ph, pw = g->pw;
+    const idx dh = g->dh, dw = g->dw, taps = kh * kw;
+    for (idx c = c_begin; c < c_end; c++) {
+        for (idx ky = 0; ky < kh; ky++) {
+            for (idx kx = 0; kx < kw; kx++) {
+                const idx t = ky * kw + kx;
+                const idx off = kx * dw - pw;
+                idx lo, hi;
+                valid_range(ow, sw, off, w, &lo, &hi);
+                for (idx b = 0; b < n; b++) {
+                    const float *xi = x + (b * c_in + c) * h * w;
+                    float *dst = cols + (((c * taps + t) * n + b) * rows) * ow;
+                    for (idx r = 0; r < rows; r++, dst += ow) {
+                        const idx iy = (r0 + r) * sh + ky * dh - ph;
+                        if (iy < 0 || iy >= h || hi <= lo) {
+                            memset(dst, 0, sizeof(float) * (size_t)ow);
+                            continue;
+                        }
+                        const float *restrict src = xi + iy * w + off;
+                        float *restrict out = dst;
+                        /* Plain loops, not memset/memcpy: rows are often 7-28 floats,
+                         * where a library call costs more than the copy. */
+                        for (idx ox = 0; ox < lo; ox++) {
+                            out[ox] = 0.0f;
+                        }
+                        if (sw == 1) {
+                            for (idx ox = lo; ox < hi; ox++) {
+                                out[ox] = src[ox];
+                            }
+                        } else if (sw == 2) {
+                            for (idx ox = lo; ox < hi; ox++) {
+                                out[ox] = src[2 * ox];
+                            }
+                        } else {
+                            for (idx ox = lo; ox < hi; ox++) {
+                                out[ox] = src[ox * sw];
+                            }
+                        }
+                        for (idx ox = hi; ox < ow; ox++) {
+                            out[ox] = 0.0f;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+static PyObject *
+py_im2col(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *co, *geo;
+    idx r0, rows;
+    if (!PyArg_ParseTuple(args, "OOOnn", &xo, &co, &geo, &r0, &rows)) {
+        return NULL;
+    }
+    Geometry g;
+    if (parse_geometry(geo, &g) < 0 || check_positive("first row", r0, 0) < 0 ||
+        check_positive("rows", rows, 0) < 0) {
+        return NULL;
+    }
+    if (r0 + rows > g.oh) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) exceed the output height %zd", r0,
+                     r0 + rows, g.oh);
+        return NULL;
+    }
+    Py_buffer x, cols;
+    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
+        return NULL;
+    }
+    if (get_f32(co, &cols, 1, g.c * g.kh * g.kw * g.n * rows * g.ow, "cols") < 0) {
+        release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_im2col((const float *)x.buf, (float *)cols.buf, &g, r0, rows, 0, g.c);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&cols);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef methods[] = {
+    {"gelu_erf", py_gelu_erf, METH_VARARGS,
+     "gelu_erf(x, out, coefficients, clamp, t_scale, scale): out = x * (0.5 + 0.5 erf(x * scale))."},
+    {"epilogue", py_epilogue, METH_VARARGS,
+     "epilogue(y, channels, length, bias, z, act, p0, p1): y = act(y + bias + z) in place."},
+    {"depthwise", py_depthwise, METH_VARARGS,
+     "depthwise(x, w, y, geometry, m_per_g): 2-D depthwise convolution into y."},
+    {"im2col", py_im2col, METH_VARARGS,
+     "im2col(x, cols, geometry, r0, rows): 2-D column matrix of output rows [r0, r0+rows)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "onyxrt's CPU provider: compiled float32 inner loops (see onyxrt_cpu.native).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "ACT_NONE", ACT_NONE) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_RELU", ACT_RELU) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_CLIP", ACT_CLIP) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_LEAKY", ACT_LEAKY) < 0 ||
+        PyModule_AddIntConstant(m, "ERF_COEFFS", ERF_COEFFS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

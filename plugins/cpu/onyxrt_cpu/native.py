@@ -1,0 +1,167 @@
+"""The CPU provider's compiled inner loops, when they were built (``onyxrt_cpu._native``).
+
+numpy runs a 3x3 depthwise convolution, an im2col, a conv epilogue (bias + residual +
+activation) or GELU as several whole-array passes, several of them over short rows; the
+C extension runs each as one vectorized pass. It is built by ``pip install`` when a C
+compiler is present (setup.py) and is optional: without it, or with
+``ONYXRT_CPU_NATIVE=0`` in the environment, every kernel runs its numpy path, which
+computes the same values (the tests compare the two).
+
+The wrappers below take numpy arrays, check what the C code requires (float32,
+C-contiguous, shapes that agree) and return ``False``/``None`` when a call does not
+qualify, so callers keep their numpy path as the general case. The C functions validate
+their buffers again and never read or write out of bounds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "AVAILABLE",
+    "ENABLED",
+    "UNAVAILABLE_REASON",
+    "ACT_NONE",
+    "ACT_RELU",
+    "ACT_CLIP",
+    "ACT_LEAKY",
+    "status",
+    "gelu_erf",
+    "epilogue",
+    "depthwise2d",
+    "im2col2d",
+]
+
+_native: Any
+try:
+    _native = importlib.import_module("onyxrt_cpu._native")
+except ImportError as exc:  # not built: no compiler at install time, or ONYXRT_CPU_PURE=1
+    _native = None
+    UNAVAILABLE_REASON: str | None = (
+        f"onyxrt_cpu._native is not built ({exc}); reinstall onyxrt-cpu where a C compiler "
+        "is available for the compiled kernels"
+    )
+else:
+    UNAVAILABLE_REASON = None
+
+#: Whether the compiled module is importable.
+AVAILABLE = _native is not None
+#: Whether kernels use it: importable and not switched off by ``ONYXRT_CPU_NATIVE=0``.
+#: Tests flip this to run the numpy paths.
+ENABLED = AVAILABLE and os.environ.get("ONYXRT_CPU_NATIVE", "1") != "0"
+
+# Activation codes of :func:`epilogue` (the C enum).
+ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY = 0, 1, 2, 3
+
+_F32 = np.dtype(np.float32)
+
+
+def status() -> str:
+    """One line for ``onyxrt providers``: which kernels this install runs."""
+    if not AVAILABLE:
+        return f"numpy kernels only: {UNAVAILABLE_REASON}"
+    if not ENABLED:
+        return "compiled kernels built, switched off by ONYXRT_CPU_NATIVE=0"
+    return "compiled kernels (depthwise conv, im2col, conv epilogue, GELU) enabled"
+
+
+def _ready(*arrays: np.ndarray | None) -> bool:
+    """Whether the extension is on and every given array is C-contiguous float32."""
+    if not ENABLED:
+        return False
+    for a in arrays:
+        if a is not None and (a.dtype != _F32 or not a.flags.c_contiguous):
+            return False
+    return True
+
+
+def gelu_erf(
+    x: np.ndarray, coefficients: np.ndarray, clamp: float, t_scale: float, scale: float
+) -> np.ndarray | None:
+    """``x * (0.5 + 0.5 erf(x * scale))`` with erf the float32 polynomial of
+    :func:`~onyxrt_cpu.kernels._special.erf_float32` (its coefficients, clamp and
+    ``t_scale = 2 / clamp**2``), in one pass; ``None`` when ``x`` does not qualify."""
+    if not _ready(x, coefficients) or coefficients.size != _native.ERF_COEFFS:
+        return None
+    y = np.empty_like(x)
+    _native.gelu_erf(x, y, coefficients, clamp, t_scale, scale)
+    return y
+
+
+def epilogue(
+    y: np.ndarray,
+    bias: np.ndarray | None,
+    z: np.ndarray | None,
+    act: int = ACT_NONE,
+    p0: float = 0.0,
+    p1: float = 0.0,
+) -> bool:
+    """In place on a convolution's output ``y`` (N, M, *spatial):
+    ``y = act(y + bias[channel] + z)`` in one pass. ``bias`` has M values, ``z`` is y's
+    shape or ``None``. Returns ``False`` (nothing done) when the arrays do not qualify."""
+    if y.ndim < 2 or not _ready(y, bias, z):
+        return False
+    channels = y.shape[1]
+    if channels == 0 or (bias is not None and bias.size != channels):
+        return False
+    if z is not None and z.shape != y.shape:
+        return False
+    length = y.size // (y.shape[0] * channels) if y.size else 0
+    _native.epilogue(y, channels, length, bias, z, act, p0, p1)
+    return True
+
+
+def _geometry(
+    x: np.ndarray,
+    kernel: tuple[int, ...],
+    out: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> tuple[int, ...]:
+    n, c, h, w = x.shape
+    return (n, c, h, w, kernel[0], kernel[1], out[0], out[1], strides[0], strides[1],
+            pads_begin[0], pads_begin[1], dilations[0], dilations[1])
+
+
+def depthwise2d(
+    x: np.ndarray,
+    wp: np.ndarray,
+    y: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> bool:
+    """2-D convolution with one input channel per group: ``x`` (N, C, H, W), packed
+    weights ``wp`` (C, M/C, KH*KW), into ``y`` (N, M, OH, OW), zero padding. Returns
+    ``False`` when the call does not qualify (rank, dtype, layout)."""
+    if x.ndim != 4 or len(kernel) != 2 or not _ready(x, wp, y):
+        return False
+    geometry = _geometry(x, kernel, y.shape[2:], strides, pads_begin, dilations)
+    _native.depthwise(x, wp, y, geometry, wp.shape[1])
+    return True
+
+
+def im2col2d(
+    x: np.ndarray,
+    cols: np.ndarray,
+    kernel: tuple[int, ...],
+    out: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+    r0: int,
+) -> bool:
+    """Fill ``cols`` (C, KH*KW, N, rows, OW) with the taps of ``x`` (N, C, H, W) for
+    output rows ``[r0, r0 + rows)``, zeros in the padding. ``False`` when it does not
+    qualify."""
+    if x.ndim != 4 or len(kernel) != 2 or cols.ndim != 5 or not _ready(x, cols):
+        return False
+    geometry = _geometry(x, kernel, out, strides, pads_begin, dilations)
+    _native.im2col(x, cols, geometry, r0, cols.shape[3])
+    return True

@@ -1,0 +1,300 @@
+"""The compiled inner loops (onyxrt_cpu._native) against the numpy paths they replace.
+
+Every kernel that uses the extension keeps its numpy path for what the extension does not
+take; here each compiled path is run with ``native.ENABLED`` on and off over the same
+inputs, and the results must agree (bit for bit where the operations are the same, within
+float32 rounding where the C code sums in another order). The C functions' own argument
+checks are exercised directly: a bad call raises a Python exception, never crashes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_cases import run_ours
+from onnx import helper
+
+from onyxrt_cpu import native
+from onyxrt_cpu.kernels import conv as conv_kernels
+from onyxrt_cpu.kernels._spatial import window
+from onyxrt_cpu.kernels._special import erf_float32, gelu_float32_native
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("ONYXRT_CPU_PURE", "") not in ("", "0"),
+    reason="ONYXRT_CPU_PURE=1: onyxrt-cpu was installed without its compiled kernels on purpose",
+)
+
+
+def test_extension_is_built():
+    """A normal install (a C compiler present) must carry the compiled kernels: losing
+    them silently would make the provider several times slower."""
+    assert native.AVAILABLE, native.UNAVAILABLE_REASON
+    assert native.ENABLED or os.environ.get("ONYXRT_CPU_NATIVE") == "0"
+    assert "compiled kernels" in native.status()
+
+
+@pytest.fixture
+def numpy_only(monkeypatch):
+    """Run the numpy paths: call it to switch, the fixture restores the flag."""
+
+    def switch(enabled: bool) -> None:
+        monkeypatch.setattr(native, "ENABLED", enabled)
+
+    return switch
+
+
+def _both(numpy_only, fn):
+    numpy_only(True)
+    compiled = fn()
+    numpy_only(False)
+    reference = fn()
+    numpy_only(True)
+    return compiled, reference
+
+
+# ----------------------------------------------------------------- convolution
+
+
+def _forward(x, w, group, kernel, strides, dilations, pads_begin, pads_end):
+    win = window(x.shape[2:], kernel, strides, dilations, pads_begin, pads_end, "NOTSET")
+    wp = conv_kernels._pack_conv_weight(w, group, np.dtype(np.float32))
+    return conv_kernels.conv_forward(x, wp, kernel, strides, dilations, win)
+
+
+GEOMETRIES = [
+    # (N, C, H, W, M per group, kernel, strides, dilations, pads_begin, pads_end)
+    (1, 8, 9, 9, 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),  # 3x3 fast path, stride 1
+    (2, 5, 12, 11, 1, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),  # 3x3 fast path, stride 2
+    (1, 4, 7, 7, 2, (3, 3), (1, 1), (1, 1), (0, 0), (0, 0)),  # channel multiplier 2
+    (1, 3, 10, 13, 1, (5, 5), (1, 1), (1, 1), (2, 2), (2, 2)),  # general kernel
+    (1, 3, 10, 13, 1, (3, 3), (1, 1), (2, 2), (2, 1), (0, 3)),  # dilated, asymmetric pads
+    (1, 6, 8, 9, 1, (3, 2), (3, 2), (1, 1), (1, 0), (2, 1)),  # odd stride, rectangular
+    (2, 4, 1, 1, 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),  # 1x1 image: all padding
+    (1, 4, 5, 6, 1, (3, 3), (2, 2), (1, 1), (0, 0), (0, 0)),  # unpadded, stride 2
+]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[1]}c{g[2]}x{g[3]}k{g[5]}s{g[6]}")
+def test_depthwise_matches_numpy(numpy_only, geometry):
+    n, c, h, w, mpg, kernel, strides, dilations, pb, pe = geometry
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c * mpg, 1) + kernel).astype(np.float32)
+    compiled, reference = _both(
+        numpy_only, lambda: _forward(x, wt, c, kernel, strides, dilations, pb, pe)
+    )
+    np.testing.assert_allclose(compiled, reference, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[1]}c{g[2]}x{g[3]}k{g[5]}s{g[6]}")
+@pytest.mark.parametrize("group", [1, 2])
+def test_im2col_convolution_matches_numpy(numpy_only, geometry, group):
+    n, c, h, w, _, kernel, strides, dilations, pb, pe = geometry
+    c = 2 * c  # divisible by group
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((6, c // group) + kernel).astype(np.float32)
+    compiled, reference = _both(
+        numpy_only, lambda: _forward(x, wt, group, kernel, strides, dilations, pb, pe)
+    )
+    np.testing.assert_allclose(compiled, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_im2col_row_chunks_match_numpy(numpy_only, monkeypatch):
+    """A column budget smaller than one image cuts it into runs of output rows (r0 > 0)."""
+    monkeypatch.setattr(conv_kernels, "_COLS_BUDGET", 4096)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 23, 17)).astype(np.float32)
+    wt = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    compiled, reference = _both(
+        numpy_only, lambda: _forward(x, wt, 1, (3, 3), (2, 1), (1, 1), (1, 2), (0, 1))
+    )
+    np.testing.assert_allclose(compiled, reference, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 2),
+    c=st.integers(1, 5),
+    h=st.integers(1, 9),
+    w=st.integers(1, 9),
+    k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    s=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    d=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pads=st.tuples(*[st.integers(0, 2)] * 4),
+    depthwise=st.booleans(),
+)
+def test_convolution_property(n, c, h, w, k, s, d, pads, depthwise):
+    """Any 2-D geometry with at least one output: compiled == numpy path."""
+    pb, pe = pads[:2], pads[2:]
+    out = [(size + a + b - (kk - 1) * dd - 1) // ss + 1
+           for size, kk, ss, dd, a, b in zip((h, w), k, s, d, pb, pe)]
+    if min(out) < 1 or (depthwise and k == (1, 1)):
+        return
+    group = c if depthwise else 1
+    rng = np.random.default_rng(n * 1000 + c * 100 + h * 10 + w)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c if depthwise else 3, c // group) + k).astype(np.float32)
+    saved = native.ENABLED
+    try:
+        native.ENABLED = True
+        compiled = _forward(x, wt, group, k, s, d, pb, pe)
+        native.ENABLED = False
+        reference = _forward(x, wt, group, k, s, d, pb, pe)
+    finally:
+        native.ENABLED = saved
+    np.testing.assert_allclose(compiled, reference, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------- FusedConv epilogue
+
+
+def _fused_conv(activation, params, with_bias, with_residual, dtype=np.float32):
+    attrs = {"pads": [1, 1, 1, 1], "activation": activation}
+    if params:
+        attrs["activation_params"] = params
+    node = helper.make_node(
+        "FusedConv", ["x", "w", "b" if with_bias else "", "z" if with_residual else ""], ["y"],
+        domain="ai.onyxrt", **attrs,
+    )
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((2, 3, 6, 5)).astype(dtype),
+            rng.standard_normal((4, 3, 3, 3)).astype(dtype),
+            rng.standard_normal(4).astype(dtype) if with_bias else None,
+            rng.standard_normal((2, 4, 6, 5)).astype(dtype) if with_residual else None]
+    return lambda: run_ours(node, 1, *args)[0]
+
+
+@pytest.mark.parametrize(
+    "activation,params",
+    [("", []), ("Relu", []), ("Clip", [-0.5, 0.75]), ("Clip", [1.0, -1.0]),
+     ("LeakyRelu", [0.1]), ("Sigmoid", []), ("HardSigmoid", [0.2, 0.5])],
+)
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_fused_conv_epilogue_matches_numpy(numpy_only, activation, params, with_bias, with_residual):
+    compiled, reference = _both(
+        numpy_only, _fused_conv(activation, params, with_bias, with_residual)
+    )
+    # The same float32 additions in the same order: identical, not merely close.
+    np.testing.assert_array_equal(compiled, reference)
+
+
+def test_fused_conv_float16_finishes_in_float32(numpy_only):
+    compiled, reference = _both(numpy_only, _fused_conv("Relu", [], True, True, np.float16))
+    assert compiled.dtype == np.float16
+    np.testing.assert_array_equal(compiled, reference)
+
+
+def test_epilogue_keeps_nan():
+    y = np.array([[[np.nan, -1.0, 2.0]]], dtype=np.float32)
+    assert native.epilogue(y, None, None, native.ACT_RELU)
+    assert np.isnan(y[0, 0, 0]) and y[0, 0, 1] == 0.0 and y[0, 0, 2] == 2.0
+
+
+def test_epilogue_declines_what_it_cannot_take():
+    y = np.zeros((1, 3, 4), dtype=np.float32)
+    assert not native.epilogue(y, np.zeros(2, np.float32), None)  # wrong bias length
+    assert not native.epilogue(y, None, np.zeros((1, 3, 5), np.float32))  # wrong residual
+    assert not native.epilogue(y.astype(np.float64), None, None)  # not float32
+    assert not native.epilogue(np.zeros((1, 3, 8), np.float32)[:, :, ::2], None, None)
+
+
+# ----------------------------------------------------------------- GELU
+
+
+def test_gelu_is_erf_float32_bit_for_bit():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(10_000) * 4).astype(np.float32)
+    x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, 3.92, -100.0]
+    with np.errstate(invalid="ignore"):
+        reference = erf_float32(x * np.float32(1.0 / math.sqrt(2.0)))
+        reference *= np.float32(0.5)
+        reference += np.float32(0.5)
+        reference *= x
+    compiled = gelu_float32_native(x)
+    assert compiled is not None
+    np.testing.assert_array_equal(compiled, reference)
+
+
+def test_gelu_accuracy_against_math_erf():
+    x = np.linspace(-6, 6, 4001, dtype=np.float32)
+    exact = np.array([v * 0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(float)])
+    # erf_float32's bound (1.8e-7 absolute) scaled by |x|/2, plus 1.5 float32 ulps of the
+    # result's own rounding.
+    err = np.abs(gelu_float32_native(x).astype(float) - exact)
+    bound = 1.8e-7 * np.abs(x) / 2 + 1.5 * np.spacing(np.abs(exact).astype(np.float32))
+    assert np.all(err <= bound), float(np.max(err - bound))
+
+
+def test_gelu_declines_non_contiguous_input():
+    x = np.ones((4, 4), dtype=np.float32).T[::2]
+    assert gelu_float32_native(x) is None
+
+
+def test_gelu_kernel_uses_either_path_alike(numpy_only):
+    node = helper.make_node("Gelu", ["x"], ["y"])
+    x = np.random.default_rng(6).standard_normal((3, 7, 11)).astype(np.float32)
+    compiled, reference = _both(numpy_only, lambda: run_ours(node, 20, x)[0])
+    np.testing.assert_array_equal(compiled, reference)
+
+
+# ----------------------------------------------------------------- the C functions' own checks
+
+
+def _geometry(**changes):
+    g = dict(n=1, c=2, h=4, w=4, kh=3, kw=3, oh=4, ow=4, sh=1, sw=1, ph=1, pw=1, dh=1, dw=1)
+    g.update(changes)
+    return tuple(g.values())
+
+
+def test_c_functions_reject_bad_buffers():
+    from onyxrt_cpu import _native
+
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    w = np.zeros((2, 1, 9), np.float32)
+    y = np.zeros((1, 2, 4, 4), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        _native.depthwise(x.astype(np.float64), w, y, _geometry(), 1)
+    with pytest.raises(ValueError, match="needed"):
+        _native.depthwise(x[:, :1], w, y, _geometry(), 1)  # x too small for the geometry
+    with pytest.raises(ValueError, match="needed"):
+        _native.depthwise(x, w, y, _geometry(oh=5), 1)  # y too small
+    with pytest.raises(TypeError, match="writable"):
+        y_ro = y.copy()
+        y_ro.flags.writeable = False
+        _native.depthwise(x, w, y_ro, _geometry(), 1)
+    with pytest.raises(TypeError, match="C-contiguous"):
+        _native.depthwise(x.transpose(0, 1, 3, 2), w, y, _geometry(), 1)
+    with pytest.raises(ValueError, match="stride"):
+        _native.depthwise(x, w, y, _geometry(sh=0), 1)
+    with pytest.raises(ValueError, match="exceed the output height"):
+        _native.im2col(x, np.zeros(2 * 9 * 4 * 4, np.float32), _geometry(), 2, 3)
+    with pytest.raises(ValueError, match="activation"):
+        _native.epilogue(y, 2, 16, None, None, 7, 0.0, 0.0)
+    with pytest.raises(ValueError, match="whole number"):
+        _native.epilogue(y, 3, 16, None, None, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="needed"):
+        _native.gelu_erf(x, np.zeros(3, np.float32), np.zeros(19, np.float32), 1.0, 1.0, 1.0)
+
+
+def test_outputs_reading_only_padding_are_zero():
+    """A 1x1 image under a padded 1x1 or 3x3 depthwise kernel: every output that reads
+    only padding is 0, the one that reads the pixel is its weight."""
+    for k, p in itertools.product([1, 3], [1, 2]):
+        out = 1 + 2 * p - k + 1
+        x = np.ones((1, 2, 1, 1), np.float32)
+        y = np.full((1, 2, out, out), np.nan, np.float32)
+        wp = np.arange(2 * k * k, dtype=np.float32).reshape(2, 1, k * k) + 1
+        assert native.depthwise2d(x, wp, y, (k, k), (1, 1), (p, p), (1, 1))
+        for ch in range(2):
+            for oy, ox in itertools.product(range(out), range(out)):
+                ky, kx = p - oy, p - ox  # the tap that lands on the pixel, if any
+                inside = 0 <= ky < k and 0 <= kx < k
+                assert y[0, ch, oy, ox] == (wp[ch, 0, ky * k + kx] if inside else 0.0)
