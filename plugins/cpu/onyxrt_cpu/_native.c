@@ -40,6 +40,7 @@ typedef Py_ssize_t idx;
 static int
 get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name)
 {
+    memset(view, 0, sizeof(*view)); /* so that release() is safe whatever fails below */
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) {
         PyErr_Clear();
@@ -618,6 +619,233 @@ py_im2col(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ softmax, layernorm */
+
+/* exp for softmax's x - max <= 0: 2^n * e^r, n = round(x / ln 2), |r| <= ln 2 / 2, e^r
+ * by its degree-6 Taylor polynomial (relative error < 2e-7 there). Inputs below
+ * EXP_UNDERFLOW give 0 (numpy would give a subnormal, far below any sum's rounding);
+ * NaN stays NaN. Written without branches on values so the loop vectorizes. */
+#define EXP_UNDERFLOW (-87.0f)
+
+static inline float
+exp_nonpositive(float x)
+{
+    const float xc = x < EXP_UNDERFLOW ? EXP_UNDERFLOW : (x > 0.0f ? 0.0f : x);
+    const float n = rintf(xc * 1.44269504088896341f);
+    const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f; /* ln 2 split in two */
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n as a float's bit pattern */
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    float e = p * two_n;
+    e = x < EXP_UNDERFLOW ? 0.0f : e;
+    return x != x ? x : e;
+}
+
+/* Sum of a row with 16 running partial sums (vectorizes; about as accurate as numpy's
+ * pairwise float32 sum for rows of a few thousand). */
+static inline float
+row_sum(const float *x, idx n)
+{
+    float part[16] = {0};
+    idx i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            part[j] += x[i + j];
+        }
+    }
+    float total = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        total += part[j];
+    }
+    for (; i < n; i++) {
+        total += x[i];
+    }
+    return total;
+}
+
+/* Largest element of a row, with 16 running maxima (vectorizes). A NaN is skipped here
+ * but still makes its row NaN: x - max is NaN there, and so is the row's sum. */
+static inline float
+row_max(const float *x, idx n)
+{
+    float part[16];
+    for (int j = 0; j < 16; j++) {
+        part[j] = -INFINITY;
+    }
+    idx i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            part[j] = x[i + j] > part[j] ? x[i + j] : part[j];
+        }
+    }
+    float m = -INFINITY;
+    for (int j = 0; j < 16; j++) {
+        m = part[j] > m ? part[j] : m;
+    }
+    for (; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+    }
+    return m;
+}
+
+MULTIVERSION void
+onyxrt_softmax(const float *x, float *y, idx rows, idx n)
+{
+    for (idx r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float m = row_max(xr, n);
+        for (idx i = 0; i < n; i++) {
+            yr[i] = exp_nonpositive(xr[i] - m);
+        }
+        const float inv = 1.0f / row_sum(yr, n);
+        for (idx i = 0; i < n; i++) {
+            yr[i] *= inv;
+        }
+    }
+}
+
+MULTIVERSION void
+onyxrt_layernorm(const float *x, float *y, idx rows, idx n, const float *scale,
+                 const float *bias, float epsilon, float *mean_out, float *inv_std_out)
+{
+    for (idx r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        const float mean = row_sum(xr, n) / (float)n;
+        for (idx i = 0; i < n; i++) {
+            yr[i] = xr[i] - mean;
+        }
+        float part[16] = {0};
+        idx i = 0;
+        for (; i + 16 <= n; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                part[j] += yr[i + j] * yr[i + j];
+            }
+        }
+        float sq = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            sq += part[j];
+        }
+        for (; i < n; i++) {
+            sq += yr[i] * yr[i];
+        }
+        const float inv_std = 1.0f / sqrtf(sq / (float)n + epsilon);
+        if (bias) {
+            for (idx k = 0; k < n; k++) {
+                yr[k] = yr[k] * inv_std * scale[k] + bias[k];
+            }
+        } else {
+            for (idx k = 0; k < n; k++) {
+                yr[k] = yr[k] * inv_std * scale[k];
+            }
+        }
+        if (mean_out) {
+            mean_out[r] = mean;
+        }
+        if (inv_std_out) {
+            inv_std_out[r] = inv_std;
+        }
+    }
+}
+
+static PyObject *
+py_softmax(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    idx n;
+    if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
+        return NULL;
+    }
+    if (check_positive("row length", n, 1) < 0) {
+        return NULL;
+    }
+    Py_buffer x, y;
+    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+        return NULL;
+    }
+    const idx total = x.len / 4;
+    if (total % n != 0) {
+        release(&x);
+        PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
+        return NULL;
+    }
+    if (get_f32(yo, &y, 1, total, "out") < 0) {
+        release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_softmax((const float *)x.buf, (float *)y.buf, total / n, n);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+py_layernorm(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo, *so, *bo, *mo, *io;
+    idx n;
+    float epsilon;
+    if (!PyArg_ParseTuple(args, "OOnOOfOO", &xo, &yo, &n, &so, &bo, &epsilon, &mo, &io)) {
+        return NULL;
+    }
+    if (check_positive("row length", n, 1) < 0) {
+        return NULL;
+    }
+    Py_buffer x, y, sc, b, mean, inv;
+    memset(&mean, 0, sizeof(mean));
+    memset(&inv, 0, sizeof(inv));
+    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+        return NULL;
+    }
+    const idx total = x.len / 4;
+    const idx rows = total / n;
+    if (rows * n != total) {
+        release(&x);
+        PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
+        return NULL;
+    }
+    if (get_f32(yo, &y, 1, total, "out") < 0) {
+        release(&x);
+        return NULL;
+    }
+    if (get_f32(so, &sc, 0, n, "scale") < 0) {
+        release(&x);
+        release(&y);
+        return NULL;
+    }
+    if (get_optional_f32(bo, &b, n, "bias") < 0 ||
+        (mo != Py_None && get_f32(mo, &mean, 1, rows, "mean") < 0) ||
+        (io != Py_None && get_f32(io, &inv, 1, rows, "inv_std_dev") < 0)) {
+        release(&x);
+        release(&y);
+        release(&sc);
+        release(&b);
+        release(&mean);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_layernorm((const float *)x.buf, (float *)y.buf, rows, n, (const float *)sc.buf,
+                     (const float *)b.buf, epsilon, (float *)mean.buf, (float *)inv.buf);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    release(&sc);
+    release(&b);
+    release(&mean);
+    release(&inv);
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -627,6 +855,10 @@ static PyMethodDef methods[] = {
      "epilogue(y, channels, length, bias, z, act, p0, p1): y = act(y + bias + z) in place."},
     {"depthwise", py_depthwise, METH_VARARGS,
      "depthwise(x, w, y, geometry, m_per_g): 2-D depthwise convolution into y."},
+    {"softmax", py_softmax, METH_VARARGS,
+     "softmax(x, out, n): softmax over each contiguous row of n floats."},
+    {"layernorm", py_layernorm, METH_VARARGS,
+     "layernorm(x, out, n, scale, bias, epsilon, mean, inv_std_dev): per row of n floats."},
     {"im2col", py_im2col, METH_VARARGS,
      "im2col(x, cols, geometry, r0, rows): 2-D column matrix of output rows [r0, r0+rows)."},
     {NULL, NULL, 0, NULL},

@@ -34,6 +34,8 @@ __all__ = [
     "epilogue",
     "depthwise2d",
     "im2col2d",
+    "softmax_last_axis",
+    "layernorm_last_axis",
 ]
 
 _native: Any
@@ -66,7 +68,8 @@ def status() -> str:
         return f"numpy kernels only: {UNAVAILABLE_REASON}"
     if not ENABLED:
         return "compiled kernels built, switched off by ONYXRT_CPU_NATIVE=0"
-    return "compiled kernels (depthwise conv, im2col, conv epilogue, GELU) enabled"
+    return ("compiled kernels (depthwise conv, im2col, conv epilogue, GELU, Softmax, "
+            "LayerNormalization) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:
@@ -165,3 +168,33 @@ def im2col2d(
     geometry = _geometry(x, kernel, out, strides, pads_begin, dilations)
     _native.im2col(x, cols, geometry, r0, cols.shape[3])
     return True
+
+
+def softmax_last_axis(x: np.ndarray) -> np.ndarray | None:
+    """Softmax over the last axis of ``x`` in one pass per row; ``None`` when ``x`` does
+    not qualify. exp is a float32 polynomial (relative error < 2e-7); results below
+    ~1e-38 of a row's largest term are 0 rather than subnormal."""
+    if x.ndim == 0 or x.shape[-1] == 0 or not _ready(x):
+        return None
+    y = np.empty_like(x)
+    _native.softmax(x, y, x.shape[-1])
+    return y
+
+
+def layernorm_last_axis(
+    x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, epsilon: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """LayerNormalization over the last axis, float32 throughout: ``(y, mean,
+    inv_std_dev)`` with the statistics shaped ``x.shape[:-1] + (1,)``; ``None`` when the
+    arrays do not qualify (scale and bias must have exactly the last axis's length)."""
+    if x.ndim == 0 or x.shape[-1] == 0 or not _ready(x, scale, bias):
+        return None
+    n = x.shape[-1]
+    if scale.size != n or (bias is not None and bias.size != n):
+        return None
+    y = np.empty_like(x)
+    stats = x.shape[:-1] + (1,)
+    mean = np.empty(stats, dtype=_F32)
+    inv_std = np.empty(stats, dtype=_F32)
+    _native.layernorm(x, y, n, scale, bias, epsilon, mean, inv_std)
+    return y, mean, inv_std

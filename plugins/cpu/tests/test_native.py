@@ -245,6 +245,55 @@ def test_gelu_kernel_uses_either_path_alike(numpy_only):
     np.testing.assert_array_equal(compiled, reference)
 
 
+# ----------------------------------------------------------------- Softmax, LayerNormalization
+
+
+@pytest.mark.parametrize("shape", [(1, 12, 197, 197), (3, 5), (2, 1), (4, 33)])
+def test_softmax_matches_numpy(numpy_only, shape):
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    x = (np.random.default_rng(8).standard_normal(shape) * 6).astype(np.float32)
+    compiled, reference = _both(numpy_only, lambda: run_ours(node, 13, x)[0])
+    # exp is a polynomial here and numpy's own there: a few float32 ulps apart.
+    np.testing.assert_allclose(compiled, reference, rtol=2e-6, atol=1e-12)
+    np.testing.assert_allclose(compiled.sum(axis=-1), 1.0, rtol=2e-6)
+
+
+def test_softmax_special_values(numpy_only):
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    x = np.array(
+        [[0, 1, 2, np.inf], [-np.inf] * 4, [np.nan, 1, 2, 3], [1e30, -1e30, 0, 5],
+         [-100, 0, -200, -87.5], [3, 3, 3, 3]],
+        dtype=np.float32,
+    )
+    compiled, reference = _both(numpy_only, lambda: run_ours(node, 13, x)[0])
+    np.testing.assert_allclose(compiled, reference, rtol=2e-6, atol=1e-37)  # NaN == NaN here
+
+
+def test_softmax_other_axes_keep_numpy(numpy_only):
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=1)
+    x = np.random.default_rng(9).standard_normal((2, 3, 4)).astype(np.float32)
+    compiled, reference = _both(numpy_only, lambda: run_ours(node, 13, x)[0])
+    np.testing.assert_array_equal(compiled, reference)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("shape", [(197, 768), (2, 3, 17), (5, 1)])
+def test_layernorm_matches_numpy(numpy_only, with_bias, shape):
+    node = helper.make_node(
+        "LayerNormalization", ["x", "s", "b" if with_bias else ""], ["y", "mean", "inv"],
+        axis=-1, epsilon=1e-5,
+    )
+    rng = np.random.default_rng(10)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    scale = rng.standard_normal(shape[-1]).astype(np.float32)
+    bias = rng.standard_normal(shape[-1]).astype(np.float32) if with_bias else None
+    compiled, reference = _both(numpy_only, lambda: run_ours(node, 17, x, scale, bias))
+    for got, want in zip(compiled, reference, strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        # Sums run in another order than numpy's pairwise ones.
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
 # ----------------------------------------------------------------- the C functions' own checks
 
 
@@ -282,6 +331,12 @@ def test_c_functions_reject_bad_buffers():
         _native.epilogue(y, 3, 16, None, None, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match="needed"):
         _native.gelu_erf(x, np.zeros(3, np.float32), np.zeros(19, np.float32), 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="whole rows"):
+        _native.softmax(x, y, 3)
+    with pytest.raises(ValueError, match="scale"):
+        _native.layernorm(x, y, 4, np.zeros(3, np.float32), None, 1e-5, None, None)
+    with pytest.raises(ValueError, match="mean"):
+        _native.layernorm(x, y, 4, np.zeros(4, np.float32), None, 1e-5, np.zeros(2, np.float32), None)
 
 
 def test_outputs_reading_only_padding_are_zero():

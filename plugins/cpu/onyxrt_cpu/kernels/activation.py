@@ -20,6 +20,7 @@ from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 
+from .. import native
 from . import registry
 from ._special import erf, erf_float32, gelu_float32_native
 
@@ -400,6 +401,10 @@ class Softmax(_AxisKernel):
     """y = exp(x - max) / sum(exp(x - max)) along axis (2D-coerced before version 13)."""
 
     def _op(self, x, axis):
+        if axis == x.ndim - 1:
+            y = native.softmax_last_axis(x)
+            if y is not None:
+                return y
         e = x - np.max(x, axis=axis, keepdims=True)
         np.exp(e, out=e)  # in place: one buffer for the whole computation
         e /= np.sum(e, axis=axis, keepdims=True)

@@ -16,6 +16,7 @@ from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 
+from .. import native
 from . import registry
 from ._spatial import LOW_FLOATS, compute_dtype
 
@@ -131,6 +132,12 @@ class LayerNormalization(Kernel):
             raise ValueError(f"axis {self.axis} is out of range for rank {r}")
         axes = tuple(range(axis, r))
         sdt = self.stash
+        if axis == r - 1 and x.dtype == sdt == np.float32:
+            done = native.layernorm_last_axis(
+                x, _as(scale, sdt), None if b is None else _as(b, sdt), float(sdt.type(self.epsilon))
+            )
+            if done is not None:
+                return done
         xs = x.astype(sdt, copy=False)
         mean = np.mean(xs, axis=axes, keepdims=True)
         d = xs - mean
