@@ -846,11 +846,53 @@ py_layernorm(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ GELU (tanh) */
+
+MULTIVERSION void
+onyxrt_gelu_tanh(const float *x, float *y, idx n)
+{
+    /* 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3); the sigmoid
+     * from e = exp(-2|u|) <= 1 on either side, so nothing overflows. */
+    for (idx i = 0; i < n; i++) {
+        const float v = x[i];
+        const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        const float e = exp_nonpositive(-2.0f * fabsf(u));
+        const float s = (u >= 0.0f ? 1.0f : e) / (1.0f + e);
+        y[i] = v * s;
+    }
+}
+
+static PyObject *
+py_gelu_tanh(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    if (!PyArg_ParseTuple(args, "OO", &xo, &yo)) {
+        return NULL;
+    }
+    Py_buffer x, y;
+    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+        return NULL;
+    }
+    const idx n = x.len / 4;
+    if (get_f32(yo, &y, 1, n, "out") < 0) {
+        release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_gelu_tanh((const float *)x.buf, (float *)y.buf, n);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
     {"gelu_erf", py_gelu_erf, METH_VARARGS,
      "gelu_erf(x, out, coefficients, clamp, t_scale, scale): out = x * (0.5 + 0.5 erf(x * scale))."},
+    {"gelu_tanh", py_gelu_tanh, METH_VARARGS,
+     "gelu_tanh(x, out): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."},
     {"epilogue", py_epilogue, METH_VARARGS,
      "epilogue(y, channels, length, bias, z, act, p0, p1): y = act(y + bias + z) in place."},
     {"depthwise", py_depthwise, METH_VARARGS,

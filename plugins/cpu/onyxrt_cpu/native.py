@@ -31,6 +31,7 @@ __all__ = [
     "ACT_LEAKY",
     "status",
     "gelu_erf",
+    "gelu_tanh",
     "epilogue",
     "depthwise2d",
     "im2col2d",
@@ -92,6 +93,16 @@ def gelu_erf(
         return None
     y = np.empty_like(x)
     _native.gelu_erf(x, y, coefficients, clamp, t_scale, scale)
+    return y
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray | None:
+    """GELU's tanh approximation of a float32 array in one pass (within about 4 float32 ulps
+    of the float64 formula); ``None`` when ``x`` does not qualify."""
+    if not _ready(x):
+        return None
+    y = np.empty_like(x)
+    _native.gelu_tanh(x, y)
     return y
 
 

@@ -233,6 +233,28 @@ def test_gelu_accuracy_against_math_erf():
     assert np.all(err <= bound), float(np.max(err - bound))
 
 
+def test_gelu_tanh_against_float64_formula():
+    x = np.concatenate([
+        np.linspace(-12, 12, 20001, dtype=np.float32),
+        np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -1e-30, 1e4, -1e4], np.float32),
+    ])
+    node = helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")
+    compiled = run_ours(node, 20, x)[0]
+    # Reference: x * sigmoid(2u) in float64, in the form that keeps the negative tail
+    # (1 + tanh(u) cancels to 0 there, as the numpy path's float64 formula does), from u
+    # rounded as float32 arithmetic rounds it: exp(2u) magnifies u's own rounding by 2|u|
+    # (up to 70 here), which no float32 implementation avoids.
+    w = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        u32 = np.float32(0.7978845608028654) * (x + np.float32(0.044715) * x * x * x)
+        u = u32.astype(np.float64)
+        e = np.exp(-2 * np.abs(u))
+        want = w * np.where(u >= 0, 1.0, e) / (1 + e)
+    want[np.isinf(w) & (w < 0)] = np.nan  # -inf * 0, as the formula gives
+    # A few float32 ulps; tails below ~1e-36 may be flushed to zero.
+    np.testing.assert_allclose(compiled, want.astype(np.float32), rtol=5e-7, atol=1e-36)
+
+
 def test_gelu_declines_non_contiguous_input():
     x = np.ones((4, 4), dtype=np.float32).T[::2]
     assert gelu_float32_native(x) is None

@@ -279,6 +279,10 @@ class Gelu(Kernel):
     def compute(self, x):
         x = np.asarray(x)
         if self.approximate == "tanh":
+            if x.dtype == np.float32:
+                y = native.gelu_tanh(x)
+                if y is not None:
+                    return (y,)
             w = _widen(x)
             inner = math.sqrt(2.0 / math.pi) * (w + 0.044715 * (w * w * w))
             y = 0.5 * w * (1.0 + np.tanh(inner))
