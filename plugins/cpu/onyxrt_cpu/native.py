@@ -35,6 +35,8 @@ __all__ = [
     "epilogue",
     "depthwise2d",
     "im2col2d",
+    "winograd_input",
+    "winograd_output",
     "softmax_last_axis",
     "layernorm_last_axis",
 ]
@@ -69,8 +71,8 @@ def status() -> str:
         return f"numpy kernels only: {UNAVAILABLE_REASON}"
     if not ENABLED:
         return "compiled kernels built, switched off by ONYXRT_CPU_NATIVE=0"
-    return ("compiled kernels (depthwise conv, im2col, conv epilogue, GELU, Softmax, "
-            "LayerNormalization) enabled")
+    return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
+            "GELU, Softmax, LayerNormalization) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:
@@ -179,6 +181,28 @@ def im2col2d(
     geometry = _geometry(x, kernel, out, strides, pads_begin, dilations)
     _native.im2col(x, cols, geometry, r0, cols.shape[3])
     return True
+
+
+def winograd_input(x: np.ndarray, v: np.ndarray, geometry: tuple[int, ...]) -> None:
+    """F(2x2, 3x3) input transform of ``x`` (N, C, H, W) into ``v`` (16, C, tiles); see
+    :mod:`onyxrt_cpu.kernels.winograd`, which checks applicability first."""
+    _native.winograd_input(x, v, geometry)
+
+
+def winograd_output(
+    products: np.ndarray,
+    y: np.ndarray,
+    geometry: tuple[int, ...],
+    m: int,
+    bias: np.ndarray | None,
+    z: np.ndarray | None,
+    act: int,
+    p0: float,
+    p1: float,
+) -> None:
+    """F(2x2, 3x3) output transform of the GEMMs' ``products`` (16, M, tiles) into ``y``
+    (N, M, OH, OW), with bias, residual and activation."""
+    _native.winograd_output(products, y, geometry, m, bias, z, act, p0, p1)
 
 
 def softmax_last_axis(x: np.ndarray) -> np.ndarray | None:

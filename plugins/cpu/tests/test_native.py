@@ -22,6 +22,7 @@ from onnx import helper
 
 from onyxrt_cpu import native
 from onyxrt_cpu.kernels import conv as conv_kernels
+from onyxrt_cpu.kernels import winograd
 from onyxrt_cpu.kernels._spatial import window
 from onyxrt_cpu.kernels._special import erf_float32, gelu_float32_native
 
@@ -150,6 +151,62 @@ def test_convolution_property(n, c, h, w, k, s, d, pads, depthwise):
     finally:
         native.ENABLED = saved
     np.testing.assert_allclose(compiled, reference, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------- Winograd F(2x2, 3x3)
+
+
+@pytest.fixture
+def winograd_everywhere(monkeypatch):
+    """Winograd for any channel count and tile count (the thresholds are about speed)."""
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)
+    monkeypatch.setattr(winograd, "MIN_TILES", 1)
+
+
+WINOGRAD_CASES = [
+    (shape, pads)
+    for shape in [(1, 3, 5, 7, 8), (2, 4, 6, 1, 5), (1, 8, 2, 6, 6), (2, 2, 3, 9, 4)]
+    for pads in [(1, 1, 1, 1), (0, 0, 0, 0), (2, 1, 0, 2)]
+    # at least one output position
+    if shape[3] + pads[0] + pads[2] >= 3 and shape[4] + pads[1] + pads[3] >= 3
+]
+
+
+@pytest.mark.parametrize("shape,pads", WINOGRAD_CASES)
+def test_winograd_matches_im2col(winograd_everywhere, shape, pads):
+    n, c, m, h, w = shape
+    pb, pe = pads[:2], pads[2:]
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((m, c, 3, 3)) / 3).astype(np.float32)
+    win = window((h, w), (3, 3), (1, 1), (1, 1), pb, pe, "NOTSET")
+    wp = conv_kernels._pack_conv_weight(wt, 1, np.dtype(np.float32))
+    assert winograd.applicable(x, wp, (3, 3), (1, 1), (1, 1))
+    got, applied = winograd.convolve(x, winograd.transform_filters(wp), win.out_shape, pb)
+    assert not applied  # nothing to finish was given
+    want = conv_kernels.conv_forward(x, wp, (3, 3), (1, 1), (1, 1), win)
+    # Different (but equally accurate) roundings: measured against a float64 convolution,
+    # both paths stay within 1e-6 of the outputs' scale.
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "activation,params", [("", []), ("Relu", []), ("Clip", [-0.5, 0.75]), ("LeakyRelu", [0.1])]
+)
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_winograd_applies_the_fused_epilogue(winograd_everywhere, numpy_only, activation, params,
+                                             with_residual):
+    compiled, reference = _both(numpy_only, _fused_conv(activation, params, True, with_residual))
+    np.testing.assert_allclose(compiled, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_winograd_thresholds_keep_small_layers_on_im2col():
+    x = np.zeros((1, 64, 7, 7), np.float32)  # 16 tiles
+    wp = np.zeros((1, 64, 64 * 9), np.float32)
+    assert not winograd.applicable(x, wp, (3, 3), (1, 1), (1, 1))
+    assert winograd.applicable(np.zeros((1, 64, 14, 14), np.float32), wp, (3, 3), (1, 1), (1, 1))
+    assert not winograd.applicable(np.zeros((1, 64, 14, 14), np.float32), wp, (3, 3), (2, 2), (1, 1))
+    assert not winograd.applicable(np.zeros((1, 8, 14, 14), np.float32), wp[:, :, :72], (3, 3), (1, 1), (1, 1))
 
 
 # ----------------------------------------------------------------- FusedConv epilogue

@@ -25,7 +25,7 @@ from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 
 from .. import native
-from . import registry
+from . import registry, winograd
 from ._spatial import (
     SpatialAttrs,
     Window,
@@ -336,8 +336,21 @@ class _ConvBase(Kernel):
         super().__init__(info)
         self.group = _group(info)
         self.attrs: SpatialAttrs = read_spatial_attrs(info)
+        # The last geometry computed, keyed by the input and weight shapes: a node sees
+        # the same shapes run after run, and resolving them costs ~4 µs per call.
+        self._last_geometry: tuple[Any, ...] | None = None
 
     def _geometry(
+        self, x: np.ndarray, w: np.ndarray
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Window]:
+        last = self._last_geometry
+        if last is not None and last[0] == x.shape and last[1] == w.shape:
+            return last[2]
+        geometry = self._resolve_geometry(x, w)
+        self._last_geometry = (x.shape, w.shape, geometry)
+        return geometry
+
+    def _resolve_geometry(
         self, x: np.ndarray, w: np.ndarray
     ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Window]:
         if x.ndim < 3:
@@ -358,18 +371,32 @@ class Conv(_ConvBase):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self._w = _PrepackedWeight(info, self.group, _pack_conv_weight)
+        # (packed weights, their Winograd transform), made on first use.
+        self._winograd: tuple[np.ndarray, np.ndarray] | None = None
 
     def compute(self, x, w, b=None):
-        y = self._convolve(x, w)
-        if b is not None:
+        finish = None if b is None else (b.astype(np.float32, copy=False), None, native.ACT_NONE, 0.0, 0.0)
+        y, finished = self._convolve(x, w, finish)
+        if b is not None and not finished:
             add_channel_bias(y, b)
         return (y.astype(x.dtype, copy=False),)
 
-    def _convolve(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """conv(X, W) without bias, in the compute dtype, in a fresh buffer."""
+    def _convolve(
+        self, x: np.ndarray, w: np.ndarray, finish: tuple[Any, ...] | None = None
+    ) -> tuple[np.ndarray, bool]:
+        """conv(X, W) in the compute dtype, in a fresh buffer, and whether ``finish``
+        (bias, residual, activation code, p0, p1 of :func:`native.epilogue`) was applied
+        too: the Winograd path applies it on the way out, the others leave it to the
+        caller."""
         k, s, d, win = self._geometry(x, w)
         cdt = compute_dtype(x.dtype)
-        return conv_forward(x.astype(cdt, copy=False), self._w.get(w, cdt), k, s, d, win)
+        xc = x.astype(cdt, copy=False)
+        wp = self._w.get(w, cdt)
+        if winograd.applicable(xc, wp, k, s, d):
+            if self._winograd is None or self._winograd[0] is not wp:
+                self._winograd = (wp, winograd.transform_filters(wp))
+            return winograd.convolve(xc, self._winograd[1], win.out_shape, win.pads_begin, finish)
+        return conv_forward(xc, wp, k, s, d, win), False
 
 
 def add_channel_bias(y: np.ndarray, b: np.ndarray) -> None:

@@ -42,7 +42,16 @@ class FusedConv(Conv):
         )
 
     def compute(self, x, w, b=None, z=None):
-        y = self._convolve(x, w)
+        finish = None
+        if self.native_activation is not None:
+            finish = (
+                None if b is None else b.astype(np.float32, copy=False),
+                None if z is None else z.astype(np.float32, copy=False),
+                *self.native_activation,
+            )
+        y, finished = self._convolve(x, w, finish)
+        if finished:
+            return (y.astype(x.dtype, copy=False),)
         if self.native_activation is not None and native.epilogue(
             y,
             None if b is None else b.astype(y.dtype, copy=False),
