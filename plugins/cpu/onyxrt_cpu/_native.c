@@ -438,6 +438,9 @@ typedef struct {
     float *y;
     const Geometry *g;
     idx m_per_g;
+    const float *bias, *z; /* epilogue, applied to each plane while it is in cache */
+    int act;
+    float p0, p1;
     int failed; /* set when the work buffers could not be allocated */
 } DepthwiseArgs;
 
@@ -481,6 +484,11 @@ depthwise_planes(DepthwiseArgs *a, idx begin, idx end)
                     memcpy(yo + oy * g->ow, wide + oy * p.wq, sizeof(float) * (size_t)g->ow);
                 }
             }
+            if (a->bias || a->z || a->act != ACT_NONE) {
+                const idx area = g->oh * g->ow;
+                onyxrt_epilogue(yo, 0, 1, 1, area, a->bias ? a->bias + oc : NULL,
+                                a->z ? a->z + (yo - a->y) : NULL, a->act, a->p0, a->p1);
+            }
         }
     }
     free(buf);
@@ -490,9 +498,16 @@ depthwise_planes(DepthwiseArgs *a, idx begin, idx end)
 static PyObject *
 py_depthwise(PyObject *self, PyObject *args)
 {
-    PyObject *xo, *wo, *yo, *geo;
+    PyObject *xo, *wo, *yo, *geo, *bo = Py_None, *zo = Py_None;
     idx m_per_g;
-    if (!PyArg_ParseTuple(args, "OOOOn", &xo, &wo, &yo, &geo, &m_per_g)) {
+    int act = ACT_NONE;
+    float p0 = 0.0f, p1 = 0.0f;
+    if (!PyArg_ParseTuple(args, "OOOOn|OOiff", &xo, &wo, &yo, &geo, &m_per_g, &bo, &zo, &act, &p0,
+                          &p1)) {
+        return NULL;
+    }
+    if (act < ACT_NONE || act > ACT_LEAKY) {
+        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
         return NULL;
     }
     Geometry g;
@@ -512,7 +527,18 @@ py_depthwise(PyObject *self, PyObject *args)
         release(&w);
         return NULL;
     }
-    DepthwiseArgs a = {(const float *)x.buf, (const float *)w.buf, (float *)y.buf, &g, m_per_g, 0};
+    Py_buffer b, z;
+    const idx y_floats = g.n * g.c * m_per_g * g.oh * g.ow;
+    if (get_optional_f32(bo, &b, g.c * m_per_g, "bias") < 0 ||
+        get_optional_f32(zo, &z, y_floats, "z") < 0) {
+        release(&x);
+        release(&w);
+        release(&y);
+        release(&b);
+        return NULL;
+    }
+    DepthwiseArgs a = {(const float *)x.buf, (const float *)w.buf, (float *)y.buf, &g, m_per_g,
+                       (const float *)b.buf, (const float *)z.buf, act, p0, p1, 0};
     if (g.oh > 0 && g.ow > 0) {
         Py_BEGIN_ALLOW_THREADS
         depthwise_planes(&a, 0, g.n * g.c);
@@ -521,6 +547,8 @@ py_depthwise(PyObject *self, PyObject *args)
     release(&x);
     release(&w);
     release(&y);
+    release(&b);
+    release(&z);
     if (a.failed) {
         return PyErr_NoMemory();
     }
@@ -1161,7 +1189,8 @@ static PyMethodDef methods[] = {
     {"epilogue", py_epilogue, METH_VARARGS,
      "epilogue(y, channels, length, bias, z, act, p0, p1): y = act(y + bias + z) in place."},
     {"depthwise", py_depthwise, METH_VARARGS,
-     "depthwise(x, w, y, geometry, m_per_g): 2-D depthwise convolution into y."},
+     "depthwise(x, w, y, geometry, m_per_g[, bias, z, act, p0, p1]): 2-D depthwise "
+     "convolution into y, each output plane finished by the epilogue as it is made."},
     {"winograd_input", py_winograd_input, METH_VARARGS,
      "winograd_input(x, v, geometry): F(2x2, 3x3) input transform into v (16, C, tiles)."},
     {"winograd_output", py_winograd_output, METH_VARARGS,

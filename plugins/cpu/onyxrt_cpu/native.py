@@ -33,6 +33,7 @@ __all__ = [
     "gelu_erf",
     "gelu_tanh",
     "epilogue",
+    "epilogue_ready",
     "depthwise2d",
     "im2col2d",
     "winograd_input",
@@ -119,16 +120,20 @@ def epilogue(
     """In place on a convolution's output ``y`` (N, M, *spatial):
     ``y = act(y + bias[channel] + z)`` in one pass. ``bias`` has M values, ``z`` is y's
     shape or ``None``. Returns ``False`` (nothing done) when the arrays do not qualify."""
-    if y.ndim < 2 or not _ready(y, bias, z):
+    if not _ready(y) or not epilogue_ready(y.shape, bias, z):
         return False
     channels = y.shape[1]
-    if channels == 0 or (bias is not None and bias.size != channels):
-        return False
-    if z is not None and z.shape != y.shape:
-        return False
     length = y.size // (y.shape[0] * channels) if y.size else 0
     _native.epilogue(y, channels, length, bias, z, act, p0, p1)
     return True
+
+
+def epilogue_ready(shape: tuple[int, ...], bias: np.ndarray | None, z: np.ndarray | None) -> bool:
+    """Whether an epilogue with ``bias`` (one value per channel, axis 1) and residual ``z``
+    can be applied to a float32 output of ``shape`` by the compiled code."""
+    if len(shape) < 2 or shape[1] == 0 or not _ready(bias, z):
+        return False
+    return (bias is None or bias.size == shape[1]) and (z is None or z.shape == shape)
 
 
 def _geometry(
@@ -152,14 +157,17 @@ def depthwise2d(
     strides: tuple[int, ...],
     pads_begin: tuple[int, ...],
     dilations: tuple[int, ...],
+    finish: tuple[Any, ...] | None = None,
 ) -> bool:
     """2-D convolution with one input channel per group: ``x`` (N, C, H, W), packed
-    weights ``wp`` (C, M/C, KH*KW), into ``y`` (N, M, OH, OW), zero padding. Returns
-    ``False`` when the call does not qualify (rank, dtype, layout)."""
+    weights ``wp`` (C, M/C, KH*KW), into ``y`` (N, M, OH, OW), zero padding, then
+    ``finish`` = (bias, z, act, p0, p1) on each output plane while it is in cache (callers
+    check it with :func:`epilogue_ready`). Returns ``False`` when the call does not
+    qualify (rank, dtype, layout)."""
     if x.ndim != 4 or len(kernel) != 2 or not _ready(x, wp, y):
         return False
     geometry = _geometry(x, kernel, y.shape[2:], strides, pads_begin, dilations)
-    _native.depthwise(x, wp, y, geometry, wp.shape[1])
+    _native.depthwise(x, wp, y, geometry, wp.shape[1], *(finish or ()))
     return True
 
 

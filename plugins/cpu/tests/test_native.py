@@ -212,19 +212,29 @@ def test_winograd_thresholds_keep_small_layers_on_im2col():
 # ----------------------------------------------------------------- FusedConv epilogue
 
 
-def _fused_conv(activation, params, with_bias, with_residual, dtype=np.float32):
-    attrs = {"pads": [1, 1, 1, 1], "activation": activation}
+# FusedConv geometries, one per convolution path: im2col, depthwise, 1x1 (no columns).
+CONV_KINDS = {
+    "dense3x3": ((2, 3, 6, 5), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "depthwise": ((2, 3, 6, 5), (3, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 3}),
+    "pointwise": ((2, 3, 6, 5), (4, 3, 1, 1), {}),
+}
+
+
+def _fused_conv(activation, params, with_bias, with_residual, dtype=np.float32, kind="dense3x3"):
+    x_shape, w_shape, attrs = CONV_KINDS[kind]
+    attrs = dict(attrs, activation=activation)
     if params:
         attrs["activation_params"] = params
     node = helper.make_node(
         "FusedConv", ["x", "w", "b" if with_bias else "", "z" if with_residual else ""], ["y"],
         domain="ai.onyxrt", **attrs,
     )
+    m = w_shape[0]
     rng = np.random.default_rng(4)
-    args = [rng.standard_normal((2, 3, 6, 5)).astype(dtype),
-            rng.standard_normal((4, 3, 3, 3)).astype(dtype),
-            rng.standard_normal(4).astype(dtype) if with_bias else None,
-            rng.standard_normal((2, 4, 6, 5)).astype(dtype) if with_residual else None]
+    args = [rng.standard_normal(x_shape).astype(dtype),
+            rng.standard_normal(w_shape).astype(dtype),
+            rng.standard_normal(m).astype(dtype) if with_bias else None,
+            rng.standard_normal((x_shape[0], m) + x_shape[2:]).astype(dtype) if with_residual else None]
     return lambda: run_ours(node, 1, *args)[0]
 
 
@@ -235,9 +245,12 @@ def _fused_conv(activation, params, with_bias, with_residual, dtype=np.float32):
 )
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("with_residual", [True, False])
-def test_fused_conv_epilogue_matches_numpy(numpy_only, activation, params, with_bias, with_residual):
+@pytest.mark.parametrize("kind", sorted(CONV_KINDS))
+def test_fused_conv_epilogue_matches_numpy(numpy_only, activation, params, with_bias,
+                                           with_residual, kind):
     compiled, reference = _both(
-        numpy_only, _fused_conv(activation, params, with_bias, with_residual)
+        numpy_only,
+        _fused_conv(activation, params, with_bias, with_residual, kind=kind),
     )
     # The same float32 additions in the same order: identical, not merely close.
     np.testing.assert_array_equal(compiled, reference)

@@ -119,6 +119,23 @@ def conv_forward(
     ``x`` and ``wp`` share the compute dtype; returns (N, M, *out) in that dtype, always a
     freshly allocated C-contiguous array (callers add bias and residuals to it in place).
     """
+    return conv_forward_finished(x, wp, kernel, strides, dilations, win, pad_value)[0]
+
+
+def conv_forward_finished(
+    x: np.ndarray,
+    wp: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    win: Window,
+    pad_value: Any = 0,
+    finish: tuple[Any, ...] | None = None,
+) -> tuple[np.ndarray, bool]:
+    """:func:`conv_forward`, then ``finish`` = (bias, z, act, p0, p1) of
+    :func:`native.epilogue` applied image by image (plane by plane for depthwise) while
+    the output is still in cache, when the compiled code can take it; the flag says
+    whether it was applied (if not, the caller applies it to the whole output)."""
     n, c = x.shape[:2]
     group, m_per_g, k_per_g = wp.shape
     if c % group:
@@ -133,7 +150,11 @@ def conv_forward(
     m = group * m_per_g
     y = np.empty((n, m) + out, dtype=x.dtype)
     if n == 0 or prod(out) == 0:
-        return y
+        return y, False
+    if finish is not None and not (
+        x.dtype == np.float32 and native.ENABLED and native.epilogue_ready(y.shape, *finish[:2])
+    ):
+        finish = None
     L = prod(out)
     if ntaps == 1 and not win.padded and all(s == 1 for s in strides):
         # 1x1 stride-1 conv: X itself is the column matrix, one matmul per image (a 2-D
@@ -143,16 +164,28 @@ def conv_forward(
         for i in range(n):
             xi = x[i].reshape(c, L) if group == 1 else x[i].reshape(group, c_per_g, L)
             np.matmul(w2, xi, out=y[i].reshape(w2.shape[:-1] + (L,)))
-        return y
+            _finish_images(y, finish, i, i + 1)
+        return y, finish is not None
     if c_per_g == 1 and group > 1 and ntaps > 1:
-        if pad_value != 0 or not native.depthwise2d(
-            np.ascontiguousarray(x), wp, y, kernel, strides, win.pads_begin, dilations
+        if pad_value == 0 and native.depthwise2d(
+            np.ascontiguousarray(x), wp, y, kernel, strides, win.pads_begin, dilations, finish
         ):
-            _depthwise(x, wp, kernel, strides, dilations, win, pad_value, y)
-        return y
+            return y, finish is not None
+        _depthwise(x, wp, kernel, strides, dilations, win, pad_value, y)
+        return y, False
     for n0, n1, r0, r1 in _chunks(n, c * ntaps, out, x.dtype.itemsize):
         _conv_chunk(x, wp, kernel, strides, dilations, win, pad_value, y, n0, n1, r0, r1)
-    return y
+        if r1 == out[0]:  # images [n0, n1) are complete
+            _finish_images(y, finish, n0, n1)
+    return y, finish is not None
+
+
+def _finish_images(y: np.ndarray, finish: tuple[Any, ...] | None, n0: int, n1: int) -> None:
+    """The epilogue on images [n0, n1) of ``y`` (nothing when ``finish`` is None)."""
+    if finish is None:
+        return
+    bias, z, act, p0, p1 = finish
+    native.epilogue(y[n0:n1], bias, None if z is None else z[n0:n1], act, p0, p1)
 
 
 # Column matrices are built in chunks of at most this many bytes (bounded memory, cache
@@ -386,8 +419,8 @@ class Conv(_ConvBase):
     ) -> tuple[np.ndarray, bool]:
         """conv(X, W) in the compute dtype, in a fresh buffer, and whether ``finish``
         (bias, residual, activation code, p0, p1 of :func:`native.epilogue`) was applied
-        too: the Winograd path applies it on the way out, the others leave it to the
-        caller."""
+        too, image by image while the output is in cache; when it was not, the caller
+        applies it."""
         k, s, d, win = self._geometry(x, w)
         cdt = compute_dtype(x.dtype)
         xc = x.astype(cdt, copy=False)
@@ -396,7 +429,7 @@ class Conv(_ConvBase):
             if self._winograd is None or self._winograd[0] is not wp:
                 self._winograd = (wp, winograd.transform_filters(wp))
             return winograd.convolve(xc, self._winograd[1], win.out_shape, win.pads_begin, finish)
-        return conv_forward(xc, wp, k, s, d, win), False
+        return conv_forward_finished(xc, wp, k, s, d, win, 0, finish)
 
 
 def add_channel_bias(y: np.ndarray, b: np.ndarray) -> None:

@@ -102,15 +102,8 @@ def convolve(
     products = _scratch("products", (16, m, tiles))
     np.matmul(u, v, out=products)
     y = np.empty((n, m, oh, ow), dtype=np.float32)
-    applied = finish is not None and _finish_qualifies(finish, y)
+    applied = finish is not None and native.epilogue_ready(y.shape, finish[0], finish[1])
     bias, z, act, p0, p1 = finish if applied else (None, None, native.ACT_NONE, 0.0, 0.0)
     native.winograd_output(products, y, geometry, m, bias, z, act, p0, p1)
     return y, applied
 
-
-def _finish_qualifies(finish: tuple[Any, ...], y: np.ndarray) -> bool:
-    bias, z = finish[0], finish[1]
-    for a in (bias, z):
-        if a is not None and (a.dtype != np.float32 or not a.flags.c_contiguous):
-            return False
-    return (bias is None or bias.size == y.shape[1]) and (z is None or z.shape == y.shape)
