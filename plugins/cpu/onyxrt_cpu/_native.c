@@ -341,9 +341,18 @@ phase_layout(const Geometry *g)
     return p;
 }
 
-/* The phase planes of the input plane x (h, w) into buf (phases * plane floats). */
+static inline void
+fill(float *dst, idx n, float value)
+{
+    for (idx i = 0; i < n; i++) {
+        dst[i] = value;
+    }
+}
+
+/* The phase planes of the input plane x (h, w) into buf (phases * plane floats), `pad`
+ * where they fall outside x. */
 static void
-fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf)
+fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf, float pad)
 {
     /* Locals, not g->...: stores through dst would otherwise force reloads (Python builds
      * extensions with -fno-strict-aliasing). */
@@ -358,11 +367,11 @@ fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf)
                 float *restrict dst = plane + r * wq;
                 const idx iy = r * sh + by - ph;
                 if (iy < 0 || iy >= h || hi <= lo) {
-                    memset(dst, 0, sizeof(float) * (size_t)wq);
+                    fill(dst, wq, pad);
                     continue;
                 }
                 const float *restrict src = x + iy * w + bx - pw;
-                memset(dst, 0, sizeof(float) * (size_t)lo);
+                fill(dst, lo, pad);
                 if (sw == 1) {
                     memcpy(dst + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
                 } else if (sw == 2) {
@@ -374,9 +383,9 @@ fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf)
                         dst[c] = src[c * sw];
                     }
                 }
-                memset(dst + hi, 0, sizeof(float) * (size_t)(wq - hi));
+                fill(dst + hi, wq - hi, pad);
             }
-            memset(plane + hq * wq, 0, sizeof(float) * (size_t)(plane_floats - hq * wq));
+            fill(plane + hq * wq, plane_floats - hq * wq, pad);
         }
     }
 }
@@ -468,7 +477,7 @@ depthwise_planes(DepthwiseArgs *a, idx begin, idx end)
     }
     for (idx plane = begin; plane < end; plane++) {
         const idx n = plane / g->c, ic = plane % g->c;
-        fill_phases(a->x + plane * g->h * g->w, g, &p, buf);
+        fill_phases(a->x + plane * g->h * g->w, g, &p, buf, 0.0f);
         for (idx j = 0; j < m_per_g; j++) {
             const idx oc = ic * m_per_g + j;
             float *yo = a->y + (n * g->c * m_per_g + oc) * g->oh * g->ow;
@@ -550,6 +559,94 @@ py_depthwise(PyObject *self, PyObject *args)
     release(&b);
     release(&z);
     if (a.failed) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ max pooling */
+
+MULTIVERSION void
+onyxrt_max_taps(const float *buf, const idx *offsets, idx taps, float *out, idx span)
+{
+    /* out = max over the taps' runs, NaN-propagating as numpy's maximum. */
+    float *restrict o = out;
+    const float *restrict first = buf + offsets[0];
+    for (idx i = 0; i < span; i++) {
+        o[i] = first[i];
+    }
+    for (idx t = 1; t < taps; t++) {
+        const float *restrict src = buf + offsets[t];
+        for (idx i = 0; i < span; i++) {
+            const float v = src[i];
+            o[i] = (v > o[i] || v != v) ? v : o[i];
+        }
+    }
+}
+
+/* Returns -1 when the work buffers cannot be allocated. */
+static int
+onyxrt_maxpool(const float *x, float *y, const Geometry *g)
+{
+    const idx taps = g->kh * g->kw;
+    const PhaseLayout p = phase_layout(g);
+    float *buf = (float *)malloc(sizeof(float) * (size_t)(p.phases * p.plane + p.span));
+    idx *offsets = (idx *)malloc(sizeof(idx) * (size_t)taps);
+    if (buf == NULL || offsets == NULL) {
+        free(buf);
+        free(offsets);
+        return -1;
+    }
+    float *wide = buf + p.phases * p.plane;
+    for (idx ky = 0; ky < g->kh; ky++) {
+        for (idx kx = 0; kx < g->kw; kx++) {
+            offsets[ky * g->kw + kx] = tap_offset(g, &p, ky, kx);
+        }
+    }
+    for (idx plane = 0; plane < g->n * g->c; plane++) {
+        fill_phases(x + plane * g->h * g->w, g, &p, buf, -INFINITY);
+        float *yo = y + plane * g->oh * g->ow;
+        float *dst = p.wq == g->ow ? yo : wide;
+        onyxrt_max_taps(buf, offsets, taps, dst, p.span);
+        if (dst == wide) {
+            for (idx oy = 0; oy < g->oh; oy++) {
+                memcpy(yo + oy * g->ow, wide + oy * p.wq, sizeof(float) * (size_t)g->ow);
+            }
+        }
+    }
+    free(buf);
+    free(offsets);
+    return 0;
+}
+
+static PyObject *
+py_maxpool(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo, *geo;
+    if (!PyArg_ParseTuple(args, "OOO", &xo, &yo, &geo)) {
+        return NULL;
+    }
+    Geometry g;
+    if (parse_geometry(geo, &g) < 0) {
+        return NULL;
+    }
+    Py_buffer x, y;
+    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
+        return NULL;
+    }
+    if (get_f32(yo, &y, 1, g.n * g.c * g.oh * g.ow, "y") < 0) {
+        release(&x);
+        return NULL;
+    }
+    int rc = 0;
+    if (g.n > 0 && g.oh > 0 && g.ow > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = onyxrt_maxpool((const float *)x.buf, (float *)y.buf, &g);
+        Py_END_ALLOW_THREADS
+    }
+    release(&x);
+    release(&y);
+    if (rc < 0) {
         return PyErr_NoMemory();
     }
     Py_RETURN_NONE;
@@ -742,7 +839,7 @@ onyxrt_winograd_input(const float *x, float *v, const Geometry *g, idx th, idx t
     float *h = buf + 2 * p.plane; /* 4 rows x 4 columns x tw */
     for (idx n = 0; n < g->n; n++) {
         for (idx c = 0; c < g->c; c++) {
-            fill_phases(x + (n * g->c + c) * g->h * g->w, &split, &p, buf);
+            fill_phases(x + (n * g->c + c) * g->h * g->w, &split, &p, buf, 0.0f);
             const float *even = buf, *odd = buf + p.plane;
             for (idx ty = 0; ty < th; ty++) {
                 for (int r = 0; r < 4; r++) {
@@ -1200,6 +1297,8 @@ static PyMethodDef methods[] = {
      "softmax(x, out, n): softmax over each contiguous row of n floats."},
     {"layernorm", py_layernorm, METH_VARARGS,
      "layernorm(x, out, n, scale, bias, epsilon, mean, inv_std_dev): per row of n floats."},
+    {"maxpool", py_maxpool, METH_VARARGS,
+     "maxpool(x, y, geometry): 2-D max pooling of x (N, C, H, W) into y, -inf padding."},
     {"im2col", py_im2col, METH_VARARGS,
      "im2col(x, cols, geometry, r0, rows): 2-D column matrix of output rows [r0, r0+rows)."},
     {NULL, NULL, 0, NULL},

@@ -36,6 +36,7 @@ __all__ = [
     "epilogue_ready",
     "depthwise2d",
     "im2col2d",
+    "maxpool2d",
     "winograd_input",
     "winograd_output",
     "softmax_last_axis",
@@ -73,7 +74,7 @@ def status() -> str:
     if not ENABLED:
         return "compiled kernels built, switched off by ONYXRT_CPU_NATIVE=0"
     return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
-            "GELU, Softmax, LayerNormalization) enabled")
+            "MaxPool, GELU, Softmax, LayerNormalization) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:
@@ -168,6 +169,22 @@ def depthwise2d(
         return False
     geometry = _geometry(x, kernel, y.shape[2:], strides, pads_begin, dilations)
     _native.depthwise(x, wp, y, geometry, wp.shape[1], *(finish or ()))
+    return True
+
+
+def maxpool2d(
+    x: np.ndarray,
+    y: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> bool:
+    """2-D max pooling of ``x`` (N, C, H, W) into ``y`` (N, C, OH, OW), padding counting as
+    -inf and NaN propagating; ``False`` when the call does not qualify."""
+    if x.ndim != 4 or len(kernel) != 2 or not _ready(x, y):
+        return False
+    _native.maxpool(x, y, _geometry(x, kernel, y.shape[2:], strides, pads_begin, dilations))
     return True
 
 

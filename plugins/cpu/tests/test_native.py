@@ -209,6 +209,29 @@ def test_winograd_thresholds_keep_small_layers_on_im2col():
     assert not winograd.applicable(np.zeros((1, 8, 14, 14), np.float32), wp[:, :, :72], (3, 3), (1, 1), (1, 1))
 
 
+# ----------------------------------------------------------------- MaxPool
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # ResNet's stem pool
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 2], "strides": [1, 3], "pads": [0, 1, 2, 0], "dilations": [2, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+        {"kernel_shape": [5, 5], "auto_pad": "SAME_UPPER"},
+    ],
+    ids=["3x3s2p1", "2x2s2", "dilated", "ceil", "same"],
+)
+def test_maxpool_matches_numpy(numpy_only, attrs):
+    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
+    x = np.random.default_rng(12).standard_normal((2, 3, 11, 10)).astype(np.float32)
+    x[0, 0, 3, 4] = np.nan
+    x[1, 2, 0, 0] = -np.inf
+    compiled, reference = _both(numpy_only, lambda: run_ours(node, 12, x)[0])
+    np.testing.assert_array_equal(compiled, reference)  # max picks an element: exact
+
+
 # ----------------------------------------------------------------- FusedConv epilogue
 
 
