@@ -7,6 +7,7 @@
     nox -s lint typecheck
     nox -s docs          # the documentation site (mkdocs build --strict) and its tests
     nox -s template      # a provider generated from plugins/_template, pip-installed as a third party
+    nox -s cpu_pure      # onyxrt-cpu without its compiled kernels: the numpy paths alone
 
 Every session builds its own virtualenv and installs the packages from this checkout, so
 a fresh clone needs nothing but Python and nox.
@@ -88,6 +89,7 @@ def tests(session: nox.Session) -> None:
     # tests/integrations needs optional frameworks (Ray): its own session, `ray`.
     session.run("python", "-m", "pytest", *test_dirs, "--ignore=tests/integrations", *session.posargs)
     session.notify("plugin_lifecycle")
+    session.notify("cpu_pure")
     session.notify("docs")
     session.notify("template")
 
@@ -170,6 +172,28 @@ def plugin_lifecycle(session: nox.Session) -> None:
         session.run("python", "-c", _LIFECYCLE_CHECK, dist, "present")
         session.run("python", "-m", "pip", "uninstall", "-y", dist)
         session.run("python", "-c", _LIFECYCLE_CHECK, dist, "absent")
+
+
+@nox.session
+def cpu_pure(session: nox.Session) -> None:
+    """onyxrt-cpu installed without its compiled kernels (``ONYXRT_CPU_PURE=1``, as on a
+    machine with no C compiler): the provider must report it and every CPU kernel test
+    must pass on the numpy paths alone."""
+    pure = {"ONYXRT_CPU_PURE": "1"}
+    session.install(".", "./plugins/cpu", env=pure)
+    session.install(*TEST_REQUIREMENTS)
+    session.run("python", "-c", _PURE_CHECK, env=pure)
+    session.run("python", "-m", "pytest", "-q", "plugins/cpu/tests", env=pure)
+
+
+_PURE_CHECK = """
+from onyxrt.discovery import catalog
+from onyxrt_cpu import native
+assert not native.AVAILABLE and not native.ENABLED, "the compiled kernels were built anyway"
+status = catalog().status("CPUExecutionProvider")
+assert status.usable and "numpy kernels only" in status.details["kernels"], status.details
+print("onyxrt-cpu without compiled kernels:", status.details["kernels"])
+"""
 
 
 @nox.session
