@@ -351,7 +351,7 @@ fill(float *dst, idx n, float value)
 
 /* The phase planes of the input plane x (h, w) into buf (phases * plane floats), `pad`
  * where they fall outside x. */
-static void
+MULTIVERSION void
 fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf, float pad)
 {
     /* Locals, not g->...: stores through dst would otherwise force reloads (Python builds
