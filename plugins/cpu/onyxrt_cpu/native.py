@@ -1,8 +1,9 @@
 """The CPU provider's compiled inner loops, when they were built (``onyxrt_cpu._native``).
 
 numpy runs a 3x3 depthwise convolution, an im2col, a conv epilogue (bias + residual +
-activation) or GELU as several whole-array passes, several of them over short rows; the
-C extension runs each as one vectorized pass. It is built by ``pip install`` when a C
+activation), a max pool, GELU, a row-wise Softmax or LayerNormalization as several
+whole-array passes, many of them over short rows; the C extension runs each as one
+vectorized pass (and the transforms of :mod:`onyxrt_cpu.kernels.winograd`). It is built by ``pip install`` when a C
 compiler is present (setup.py) and is optional: without it, or with
 ``ONYXRT_CPU_NATIVE=0`` in the environment, every kernel runs its numpy path, which
 computes the same values (the tests compare the two).
@@ -61,8 +62,12 @@ AVAILABLE = _native is not None
 #: Tests flip this to run the numpy paths.
 ENABLED = AVAILABLE and os.environ.get("ONYXRT_CPU_NATIVE", "1") != "0"
 
-# Activation codes of :func:`epilogue` (the C enum).
-ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY = 0, 1, 2, 3
+# Activation codes of :func:`epilogue`: the C module's enum (fixed values without it).
+ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY = (
+    (_native.ACT_NONE, _native.ACT_RELU, _native.ACT_CLIP, _native.ACT_LEAKY)
+    if _native is not None
+    else (0, 1, 2, 3)
+)
 
 _F32 = np.dtype(np.float32)
 
