@@ -1,4 +1,6 @@
-"""Build of onyxrt-cpu's optional compiled inner loops (``onyxrt_cpu._native``).
+"""Build of onyxrt-cpu's optional compiled inner loops (``onyxrt_cpu._native``, from
+the C sources in ``csrc/``: one file per kernel family, shared declarations in
+``csrc/native.h``).
 
 Everything else is declared in pyproject.toml. The extension is optional: without a C
 compiler (or with ``ONYXRT_CPU_PURE=1``) the package installs as pure Python and the
@@ -6,6 +8,7 @@ provider runs its numpy kernels; ``onyxrt providers`` says which build is instal
 """
 
 import os
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -21,7 +24,8 @@ class _BuildExt(build_ext):
             # never type-puns), so stores to float arrays do not force reloads of sizes;
             # -fno-tree-loop-distribute-patterns keeps short copy loops from being turned
             # back into memcpy/memset calls.
-            unix_flags = ["-O3", "-std=c99", "-fstrict-aliasing"]
+            # -fvisibility=hidden: only PyInit__native is exported.
+            unix_flags = ["-O3", "-std=c99", "-fstrict-aliasing", "-fvisibility=hidden"]
             if "gcc" in " ".join(self.compiler.compiler_so):
                 unix_flags.append("-fno-tree-loop-distribute-patterns")
             ext.extra_compile_args = unix_flags if unix else ["/O2"]
@@ -29,7 +33,16 @@ class _BuildExt(build_ext):
 
 
 if os.environ.get("ONYXRT_CPU_PURE", "") in ("", "0"):
-    extensions = [Extension("onyxrt_cpu._native", ["onyxrt_cpu/_native.c"], optional=True)]
+    sources = sorted(str(p) for p in Path("csrc").glob("*.c"))
+    extensions = [
+        Extension(
+            "onyxrt_cpu._native",
+            sources,
+            include_dirs=["csrc"],
+            depends=["csrc/native.h"],
+            optional=True,
+        )
+    ]
 else:
     extensions = []
 

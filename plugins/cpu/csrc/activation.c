@@ -1,0 +1,157 @@
+/* GELU (erf and tanh forms) and Softmax over rows. */
+
+#include "native.h"
+
+#define GELU_BLOCK 512
+
+MULTIVERSION void
+onyxrt_gelu_erf(const float *x, float *y, idx n, const float *coeffs, float clamp,
+                float t_scale, float scale)
+{
+    /* y = x * (0.5 + 0.5 * erf(x / sqrt 2)), erf(u) = u * q(2 u^2 / clamp^2 - 1) with |u|
+     * clamped and t_scale = 2 / clamp^2: the polynomial and operations of erf_float32. Blocks keep the
+     * temporaries in L1 and give the compiler simple loops to vectorize. */
+    float a[GELU_BLOCK], t[GELU_BLOCK], acc[GELU_BLOCK];
+    for (idx start = 0; start < n; start += GELU_BLOCK) {
+        idx m = n - start < GELU_BLOCK ? n - start : GELU_BLOCK;
+        const float *xs = x + start;
+        for (idx i = 0; i < m; i++) {
+            float u = fabsf(xs[i] * scale);
+            a[i] = u < clamp ? u : clamp; /* NaN -> clamp; the final * x gives NaN */
+            float tt = a[i] * a[i];
+            t[i] = tt * t_scale - 1.0f;
+            acc[i] = coeffs[ERF_COEFFS - 1];
+        }
+        for (int k = ERF_COEFFS - 2; k >= 0; k--) {
+            const float c = coeffs[k];
+            for (idx i = 0; i < m; i++) {
+                acc[i] = acc[i] * t[i] + c;
+            }
+        }
+        float *ys = y + start;
+        for (idx i = 0; i < m; i++) {
+            float e = copysignf(acc[i] * a[i], xs[i]);
+            ys[i] = (e * 0.5f + 0.5f) * xs[i];
+        }
+    }
+}
+
+PyObject *
+py_gelu_erf(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo, *co;
+    float clamp, t_scale, scale;
+    if (!PyArg_ParseTuple(args, "OOOfff", &xo, &yo, &co, &clamp, &t_scale, &scale)) {
+        return NULL;
+    }
+    Py_buffer x, y, c;
+    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+        return NULL;
+    }
+    idx n = x.len / 4;
+    if (get_f32(yo, &y, 1, n, "out") < 0) {
+        release(&x);
+        return NULL;
+    }
+    if (get_f32(co, &c, 0, ERF_COEFFS, "coefficients") < 0) {
+        release(&x);
+        release(&y);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_gelu_erf((const float *)x.buf, (float *)y.buf, n, (const float *)c.buf, clamp,
+                    t_scale, scale);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    release(&c);
+    Py_RETURN_NONE;
+}
+
+MULTIVERSION void
+onyxrt_gelu_tanh(const float *x, float *y, idx n)
+{
+    /* 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3); the sigmoid
+     * from e = exp(-2|u|) <= 1 on either side, so nothing overflows. */
+    for (idx i = 0; i < n; i++) {
+        const float v = x[i];
+        const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        const float e = exp_nonpositive(-2.0f * fabsf(u));
+        const float s = (u >= 0.0f ? 1.0f : e) / (1.0f + e);
+        y[i] = v * s;
+    }
+}
+
+PyObject *
+py_gelu_tanh(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    if (!PyArg_ParseTuple(args, "OO", &xo, &yo)) {
+        return NULL;
+    }
+    Py_buffer x, y;
+    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+        return NULL;
+    }
+    const idx n = x.len / 4;
+    if (get_f32(yo, &y, 1, n, "out") < 0) {
+        release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_gelu_tanh((const float *)x.buf, (float *)y.buf, n);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    Py_RETURN_NONE;
+}
+
+MULTIVERSION void
+onyxrt_softmax(const float *x, float *y, idx rows, idx n)
+{
+    for (idx r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float m = row_max(xr, n);
+        for (idx i = 0; i < n; i++) {
+            yr[i] = exp_nonpositive(xr[i] - m);
+        }
+        const float inv = 1.0f / row_sum(yr, n);
+        for (idx i = 0; i < n; i++) {
+            yr[i] *= inv;
+        }
+    }
+}
+
+PyObject *
+py_softmax(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    idx n;
+    if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
+        return NULL;
+    }
+    if (check_positive("row length", n, 1) < 0) {
+        return NULL;
+    }
+    Py_buffer x, y;
+    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+        return NULL;
+    }
+    const idx total = x.len / 4;
+    if (total % n != 0) {
+        release(&x);
+        PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
+        return NULL;
+    }
+    if (get_f32(yo, &y, 1, total, "out") < 0) {
+        release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_softmax((const float *)x.buf, (float *)y.buf, total / n, n);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    Py_RETURN_NONE;
+}

@@ -1,0 +1,103 @@
+/* Argument checks shared by every entry point: float32 buffer views of the right size,
+ * positive dimensions, window geometries. */
+
+#include "native.h"
+
+/* A float32 view of `obj`; `need` is the minimum number of floats it must hold. */
+int
+get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name)
+{
+    memset(view, 0, sizeof(*view)); /* so that release() is safe whatever fails below */
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous float32 array", name,
+                     writable ? "writable " : "");
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') {
+        f++;
+    }
+    if (view->itemsize != 4 || strcmp(f, "f") != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s must be float32", name);
+        return -1;
+    }
+    if (need < 0 || view->len / 4 < need) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s holds %zd floats, %zd needed", name,
+                     view->len / 4, need);
+        return -1;
+    }
+    return 0;
+}
+
+/* Like get_f32, for an optional argument: None leaves view->buf NULL. */
+int
+get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name)
+{
+    if (obj == Py_None) {
+        memset(view, 0, sizeof(*view));
+        return 0;
+    }
+    return get_f32(obj, view, 0, need, name);
+}
+
+void
+release(Py_buffer *view)
+{
+    if (view->buf != NULL || view->obj != NULL) {
+        PyBuffer_Release(view);
+    }
+}
+
+int
+check_positive(const char *what, idx value, idx minimum)
+{
+    if (value < minimum) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %zd", what, minimum, value);
+        return -1;
+    }
+    return 0;
+}
+
+/* [lo, hi): the outputs o in [0, n_out) whose input o * stride + offset lies in [0, size). */
+void
+valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi)
+{
+    idx l = 0;
+    if (offset < 0) {
+        l = (-offset + stride - 1) / stride;
+    }
+    idx h = 0;
+    if (size - 1 - offset >= 0) {
+        h = (size - 1 - offset) / stride + 1;
+    }
+    if (h > n_out) {
+        h = n_out;
+    }
+    if (l > h) {
+        l = h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+int
+parse_geometry(PyObject *tuple, Geometry *g)
+{
+    if (!PyArg_ParseTuple(tuple, "nnnnnnnnnnnnnn", &g->n, &g->c, &g->h, &g->w, &g->kh, &g->kw,
+                          &g->oh, &g->ow, &g->sh, &g->sw, &g->ph, &g->pw, &g->dh, &g->dw)) {
+        return -1;
+    }
+    if (check_positive("N", g->n, 0) < 0 || check_positive("C", g->c, 1) < 0 ||
+        check_positive("H", g->h, 0) < 0 || check_positive("W", g->w, 0) < 0 ||
+        check_positive("kernel height", g->kh, 1) < 0 || check_positive("kernel width", g->kw, 1) < 0 ||
+        check_positive("output height", g->oh, 0) < 0 || check_positive("output width", g->ow, 0) < 0 ||
+        check_positive("stride", g->sh, 1) < 0 || check_positive("stride", g->sw, 1) < 0 ||
+        check_positive("dilation", g->dh, 1) < 0 || check_positive("dilation", g->dw, 1) < 0) {
+        return -1;
+    }
+    return 0;
+}

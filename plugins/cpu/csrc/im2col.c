@@ -1,0 +1,93 @@
+/* im2col: the column matrix of a 2-D convolution, for a GEMM. */
+
+#include "native.h"
+
+MULTIVERSION void
+onyxrt_im2col(const float *x, float *cols, const Geometry *g, idx r0, idx rows, idx c_begin,
+              idx c_end)
+{
+    /* cols (C, KH*KW, N, rows, OW) from x (N, C, H, W): output rows [r0, r0 + rows),
+     * zeros where a tap falls in the padding. (Locals rather than g->...: see
+     * fill_phases.) */
+    const idx n = g->n, c_in = g->c, h = g->h, w = g->w, kh = g->kh, kw = g->kw;
+    const idx ow = g->ow, sh = g->sh, sw = g->sw, ph = g->ph, pw = g->pw;
+    const idx dh = g->dh, dw = g->dw, taps = kh * kw;
+    for (idx c = c_begin; c < c_end; c++) {
+        for (idx ky = 0; ky < kh; ky++) {
+            for (idx kx = 0; kx < kw; kx++) {
+                const idx t = ky * kw + kx;
+                const idx off = kx * dw - pw;
+                idx lo, hi;
+                valid_range(ow, sw, off, w, &lo, &hi);
+                for (idx b = 0; b < n; b++) {
+                    const float *xi = x + (b * c_in + c) * h * w;
+                    float *dst = cols + (((c * taps + t) * n + b) * rows) * ow;
+                    for (idx r = 0; r < rows; r++, dst += ow) {
+                        const idx iy = (r0 + r) * sh + ky * dh - ph;
+                        if (iy < 0 || iy >= h || hi <= lo) {
+                            memset(dst, 0, sizeof(float) * (size_t)ow);
+                            continue;
+                        }
+                        const float *restrict src = xi + iy * w + off;
+                        float *restrict out = dst;
+                        /* Plain loops, not memset/memcpy: rows are often 7-28 floats,
+                         * where a library call costs more than the copy. */
+                        for (idx ox = 0; ox < lo; ox++) {
+                            out[ox] = 0.0f;
+                        }
+                        if (sw == 1) {
+                            for (idx ox = lo; ox < hi; ox++) {
+                                out[ox] = src[ox];
+                            }
+                        } else if (sw == 2) {
+                            for (idx ox = lo; ox < hi; ox++) {
+                                out[ox] = src[2 * ox];
+                            }
+                        } else {
+                            for (idx ox = lo; ox < hi; ox++) {
+                                out[ox] = src[ox * sw];
+                            }
+                        }
+                        for (idx ox = hi; ox < ow; ox++) {
+                            out[ox] = 0.0f;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+PyObject *
+py_im2col(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *co, *geo;
+    idx r0, rows;
+    if (!PyArg_ParseTuple(args, "OOOnn", &xo, &co, &geo, &r0, &rows)) {
+        return NULL;
+    }
+    Geometry g;
+    if (parse_geometry(geo, &g) < 0 || check_positive("first row", r0, 0) < 0 ||
+        check_positive("rows", rows, 0) < 0) {
+        return NULL;
+    }
+    if (r0 + rows > g.oh) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) exceed the output height %zd", r0,
+                     r0 + rows, g.oh);
+        return NULL;
+    }
+    Py_buffer x, cols;
+    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
+        return NULL;
+    }
+    if (get_f32(co, &cols, 1, g.c * g.kh * g.kw * g.n * rows * g.ow, "cols") < 0) {
+        release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    onyxrt_im2col((const float *)x.buf, (float *)cols.buf, &g, r0, rows, 0, g.c);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&cols);
+    Py_RETURN_NONE;
+}

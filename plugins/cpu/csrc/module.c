@@ -1,0 +1,52 @@
+/* The module: its method table and constants. */
+
+#include "native.h"
+
+static PyMethodDef methods[] = {
+    {"gelu_erf", py_gelu_erf, METH_VARARGS,
+     "gelu_erf(x, out, coefficients, clamp, t_scale, scale): out = x * (0.5 + 0.5 erf(x * scale))."},
+    {"gelu_tanh", py_gelu_tanh, METH_VARARGS,
+     "gelu_tanh(x, out): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."},
+    {"epilogue", py_epilogue, METH_VARARGS,
+     "epilogue(y, channels, length, bias, z, act, p0, p1): y = act(y + bias + z) in place."},
+    {"depthwise", py_depthwise, METH_VARARGS,
+     "depthwise(x, w, y, geometry, m_per_g[, bias, z, act, p0, p1]): 2-D depthwise "
+     "convolution into y, each output plane finished by the epilogue as it is made."},
+    {"winograd_input", py_winograd_input, METH_VARARGS,
+     "winograd_input(x, v, geometry): F(2x2, 3x3) input transform into v (16, C, tiles)."},
+    {"winograd_output", py_winograd_output, METH_VARARGS,
+     "winograd_output(products, y, geometry, M, bias, z, act, p0, p1): output transform "
+     "of (16, M, tiles) into y with bias, residual and activation."},
+    {"softmax", py_softmax, METH_VARARGS,
+     "softmax(x, out, n): softmax over each contiguous row of n floats."},
+    {"layernorm", py_layernorm, METH_VARARGS,
+     "layernorm(x, out, n, scale, bias, epsilon, mean, inv_std_dev): per row of n floats."},
+    {"maxpool", py_maxpool, METH_VARARGS,
+     "maxpool(x, y, geometry): 2-D max pooling of x (N, C, H, W) into y, -inf padding."},
+    {"im2col", py_im2col, METH_VARARGS,
+     "im2col(x, cols, geometry, r0, rows): 2-D column matrix of output rows [r0, r0+rows)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "onyxrt's CPU provider: compiled float32 inner loops (see onyxrt_cpu.native).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "ACT_NONE", ACT_NONE) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_RELU", ACT_RELU) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_CLIP", ACT_CLIP) < 0 ||
+        PyModule_AddIntConstant(m, "ACT_LEAKY", ACT_LEAKY) < 0 ||
+        PyModule_AddIntConstant(m, "ERF_COEFFS", ERF_COEFFS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

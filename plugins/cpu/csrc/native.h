@@ -1,0 +1,171 @@
+/*
+ * onyxrt_cpu._native: the CPU provider's compiled inner loops (float32): what the source
+ * files share. One file per concept: buffers.c (argument checks), epilogue.c, phases.c
+ * (the phase planes of strided windows), depthwise.c, pool.c, im2col.c, winograd.c,
+ * activation.c (GELU, Softmax), normalization.c (LayerNormalization), module.c.
+ *
+ * numpy runs these operations as several whole-array passes with short inner loops
+ * (a 3x3 depthwise convolution is ~19 passes over 7-element rows at 7x7); here each is
+ * one pass whose inner loop the compiler vectorizes. Only what numpy does badly lives
+ * here: everything else, and every other dtype, stays in numpy. The module is optional:
+ * onyxrt_cpu.native falls back to the numpy kernels when it was not built.
+ *
+ * Interface rules (checked by onyxrt_cpu.native before calling, and again here so that
+ * no call can read or write out of bounds): every array is a C-contiguous float32
+ * buffer, dimensions are passed as integers, and the GIL is released while computing.
+ * Built with function multiversioning on x86-64 Linux (AVX-512 / AVX2 / baseline picked
+ * at load time), so a wheel built here runs on any x86-64 machine.
+ *
+ * Everything runs on the calling thread. Splitting these loops over threads was measured
+ * and lost: after each GEMM, OpenBLAS's worker threads keep spinning for a while, and a
+ * thread of ours then shares a core with one of them (ResNet-50's conv epilogues went
+ * from 2 to 16 ms per run on 2 cores).
+ */
+#ifndef ONYXRT_NATIVE_H
+#define ONYXRT_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(ONYXRT_NO_CLONES)
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+typedef Py_ssize_t idx;
+
+/* Activations the epilogues apply (onyxrt_cpu.native's ACT_* read these). */
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_LEAKY = 3 };
+
+/* Degree + 1 of the erf polynomial in onyxrt_cpu.kernels._special (erf_float32). */
+#define ERF_COEFFS 19
+
+/* A 2-D window geometry: input (N, C, H, W), kernel, output, strides, leading pads,
+ * dilations. */
+typedef struct {
+    idx n, c, h, w;       /* input (N, C, H, W) */
+    idx kh, kw;           /* kernel */
+    idx oh, ow;           /* output */
+    idx sh, sw, ph, pw, dh, dw; /* strides, leading pads, dilations */
+} Geometry;
+
+/* The phase planes of one input plane (see phases.c). */
+typedef struct {
+    idx hq, wq;       /* phase plane extent */
+    idx plane;        /* floats per phase plane, with slack for the last row's overrun */
+    idx phases;       /* sh * sw */
+    idx span;         /* outputs computed per plane: oh * wq */
+} PhaseLayout;
+
+/* buffers.c: argument checks. */
+int get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name);
+int get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name);
+void release(Py_buffer *view);
+int check_positive(const char *what, idx value, idx minimum);
+void valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi);
+int parse_geometry(PyObject *tuple, Geometry *g);
+
+/* epilogue.c */
+void onyxrt_epilogue(float *y, idx r_begin, idx r_end, idx channels, idx length,
+                     const float *bias, const float *z, int act, float p0, float p1);
+
+/* phases.c */
+PhaseLayout phase_layout(const Geometry *g);
+void fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf, float pad);
+idx tap_offset(const Geometry *g, const PhaseLayout *p, idx ky, idx kx);
+
+/* The Python entry points (module.c's method table). */
+PyObject *py_gelu_erf(PyObject *self, PyObject *args);
+PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
+PyObject *py_epilogue(PyObject *self, PyObject *args);
+PyObject *py_depthwise(PyObject *self, PyObject *args);
+PyObject *py_maxpool(PyObject *self, PyObject *args);
+PyObject *py_im2col(PyObject *self, PyObject *args);
+PyObject *py_winograd_input(PyObject *self, PyObject *args);
+PyObject *py_winograd_output(PyObject *self, PyObject *args);
+PyObject *py_softmax(PyObject *self, PyObject *args);
+PyObject *py_layernorm(PyObject *self, PyObject *args);
+
+/* Row helpers shared by activation.c and normalization.c. */
+
+/* exp for softmax's x - max <= 0: 2^n * e^r, n = round(x / ln 2), |r| <= ln 2 / 2, e^r
+ * by its degree-6 Taylor polynomial (relative error < 2e-7 there). Inputs below
+ * EXP_UNDERFLOW give 0 (numpy would give a subnormal, far below any sum's rounding);
+ * NaN stays NaN. Written without branches on values so the loop vectorizes. */
+#define EXP_UNDERFLOW (-87.0f)
+
+static inline float
+exp_nonpositive(float x)
+{
+    const float xc = x < EXP_UNDERFLOW ? EXP_UNDERFLOW : (x > 0.0f ? 0.0f : x);
+    const float n = rintf(xc * 1.44269504088896341f);
+    const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f; /* ln 2 split in two */
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n as a float's bit pattern */
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    float e = p * two_n;
+    e = x < EXP_UNDERFLOW ? 0.0f : e;
+    return x != x ? x : e;
+}
+
+/* Sum of a row with 16 running partial sums (vectorizes; about as accurate as numpy's
+ * pairwise float32 sum for rows of a few thousand). */
+static inline float
+row_sum(const float *x, idx n)
+{
+    float part[16] = {0};
+    idx i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            part[j] += x[i + j];
+        }
+    }
+    float total = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        total += part[j];
+    }
+    for (; i < n; i++) {
+        total += x[i];
+    }
+    return total;
+}
+
+/* Largest element of a row, with 16 running maxima (vectorizes). A NaN is skipped here
+ * but still makes its row NaN: x - max is NaN there, and so is the row's sum. */
+static inline float
+row_max(const float *x, idx n)
+{
+    float part[16];
+    for (int j = 0; j < 16; j++) {
+        part[j] = -INFINITY;
+    }
+    idx i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            part[j] = x[i + j] > part[j] ? x[i + j] : part[j];
+        }
+    }
+    float m = -INFINITY;
+    for (int j = 0; j < 16; j++) {
+        m = part[j] > m ? part[j] : m;
+    }
+    for (; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+    }
+    return m;
+}
+
+#endif /* ONYXRT_NATIVE_H */

@@ -1,0 +1,84 @@
+/* Phase planes: how strided, dilated windows become unit-stride runs. */
+
+#include "native.h"
+
+/* Strided windows work on "phase planes": along an axis with stride s, output o
+ * and tap k read input o*s + k*d - pad = (o + q)*s + b - pad with q = k*d / s and
+ * b = k*d % s, so phase plane b (every s-th padded input position, starting at b) holds
+ * what tap k reads for all outputs at offset q. With the phase planes of one input
+ * channel laid out flat, row width wq, every tap reads one contiguous run of the same
+ * length as the outputs: a 3x3 stride-2 kernel is nine unit-stride multiply-adds, and a
+ * 7x7 output is one loop over 7 rows at once rather than seven loops of 7. Outputs are
+ * computed on rows of width wq (wq - ow columns of them unused) and then compacted. */
+
+PhaseLayout
+phase_layout(const Geometry *g)
+{
+    PhaseLayout p;
+    const idx qy = (g->kh - 1) * g->dh / g->sh;
+    const idx qx = (g->kw - 1) * g->dw / g->sw;
+    p.hq = g->oh + qy;
+    p.wq = g->ow + qx;
+    p.plane = p.hq * p.wq + qx;
+    p.phases = g->sh * g->sw;
+    p.span = g->oh * p.wq;
+    return p;
+}
+
+static inline void
+fill(float *dst, idx n, float value)
+{
+    for (idx i = 0; i < n; i++) {
+        dst[i] = value;
+    }
+}
+
+/* The phase planes of the input plane x (h, w) into buf (phases * plane floats), `pad`
+ * where they fall outside x. */
+MULTIVERSION void
+fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf, float pad)
+{
+    /* Locals, not g->...: stores through dst would otherwise force reloads (Python builds
+     * extensions with -fno-strict-aliasing). */
+    const idx h = g->h, w = g->w, sh = g->sh, sw = g->sw, ph = g->ph, pw = g->pw;
+    const idx hq = p->hq, wq = p->wq, plane_floats = p->plane;
+    for (idx by = 0; by < sh; by++) {
+        for (idx bx = 0; bx < sw; bx++) {
+            float *plane = buf + (by * sw + bx) * plane_floats;
+            idx lo, hi;
+            valid_range(wq, sw, bx - pw, w, &lo, &hi);
+            for (idx r = 0; r < hq; r++) {
+                float *restrict dst = plane + r * wq;
+                const idx iy = r * sh + by - ph;
+                if (iy < 0 || iy >= h || hi <= lo) {
+                    fill(dst, wq, pad);
+                    continue;
+                }
+                const float *restrict src = x + iy * w + bx - pw;
+                fill(dst, lo, pad);
+                if (sw == 1) {
+                    memcpy(dst + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+                } else if (sw == 2) {
+                    for (idx c = lo; c < hi; c++) {
+                        dst[c] = src[2 * c];
+                    }
+                } else {
+                    for (idx c = lo; c < hi; c++) {
+                        dst[c] = src[c * sw];
+                    }
+                }
+                fill(dst + hi, wq - hi, pad);
+            }
+            fill(plane + hq * wq, plane_floats - hq * wq, pad);
+        }
+    }
+}
+
+/* Where tap (ky, kx) starts reading, relative to the phase buffer. */
+idx
+tap_offset(const Geometry *g, const PhaseLayout *p, idx ky, idx kx)
+{
+    const idx ry = ky * g->dh, rx = kx * g->dw;
+    const idx phase = (ry % g->sh) * g->sw + rx % g->sw;
+    return phase * p->plane + (ry / g->sh) * p->wq + rx / g->sw;
+}
