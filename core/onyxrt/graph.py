@@ -22,7 +22,7 @@ from .errors import InvalidGraph, OnyxError
 from .kernels import ValueType, parse_attribute
 from .limits import check_allocation
 
-__all__ = ["Node", "Graph", "GraphView", "subgraph_outer_names", "check_structure"]
+__all__ = ["Node", "Graph", "GraphView", "read_initializers", "subgraph_outer_names", "check_structure"]
 
 
 @dataclass(eq=False)
@@ -89,6 +89,37 @@ def _attr_graphs(attr: onnx.AttributeProto) -> Iterable[onnx.GraphProto]:
         yield from attr.graphs
 
 
+def read_initializers(
+    graph: onnx.GraphProto, arrays: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The values of ``graph``'s initializers (dense and sparse) by name, as arrays;
+    ``arrays`` supplies values already read. Raises :class:`~onyxrt.errors.InvalidGraph`
+    naming an initializer whose bytes cannot be read."""
+    initializers: dict[str, Any] = {}
+    for t in graph.initializer:
+        if arrays is not None and t.name in arrays:
+            initializers[t.name] = arrays[t.name]
+            continue
+        try:
+            initializers[t.name] = numpy_helper.to_array(t)
+        except Exception as exc:  # a tensor whose bytes do not match its declared shape
+            raise InvalidGraph(
+                f"initializer {t.name!r} cannot be read: {_size_mismatch(t) or exc}. The "
+                "model file may be truncated or its external data missing."
+            ) from exc
+    for st in graph.sparse_initializer:
+        try:
+            initializers[st.values.name] = _sparse_to_dense(st)
+        except OnyxError:
+            raise
+        except Exception as exc:
+            raise InvalidGraph(
+                f"sparse initializer {st.values.name!r} cannot be read: {exc}. Its "
+                "indices must lie inside its dims and match its values."
+            ) from exc
+    return initializers
+
+
 @dataclass(eq=False)
 class Graph:
     """A graph ready for partitioning: topologically sorted nodes plus value facts.
@@ -131,28 +162,7 @@ class Graph:
         proto without its weights' bytes once they are arrays).
         Raises :class:`~onyxrt.errors.InvalidGraph` naming the node and value at fault.
         """
-        initializers: dict[str, Any] = {}
-        for t in graph.initializer:
-            if arrays is not None and t.name in arrays:
-                initializers[t.name] = arrays[t.name]
-                continue
-            try:
-                initializers[t.name] = numpy_helper.to_array(t)
-            except Exception as exc:  # a tensor whose bytes do not match its declared shape
-                raise InvalidGraph(
-                    f"initializer {t.name!r} cannot be read: {_size_mismatch(t) or exc}. The "
-                    "model file may be truncated or its external data missing."
-                ) from exc
-        for st in graph.sparse_initializer:
-            try:
-                initializers[st.values.name] = _sparse_to_dense(st)
-            except OnyxError:
-                raise
-            except Exception as exc:
-                raise InvalidGraph(
-                    f"sparse initializer {st.values.name!r} cannot be read: {exc}. Its "
-                    "indices must lie inside its dims and match its values."
-                ) from exc
+        initializers = read_initializers(graph, arrays)
         declared_inputs = [i.name for i in graph.input]
         inputs = [n for n in declared_inputs if n not in initializers]
         overridable = [n for n in declared_inputs if n in initializers]

@@ -39,7 +39,7 @@ from .errors import (
 )
 from .functions import expand_nodes, inline_local_functions
 from .gradient import expand_gradients
-from .graph import Graph, check_structure
+from .graph import Graph, check_structure, read_initializers
 from .iobinding import IOBinding
 from .kernels import ValueType
 from .limits import limits_from_config, run_limits
@@ -222,7 +222,10 @@ class InferenceSession:
         )
         if self._sess_options.optimized_model_filepath:
             _save_with_created_weights(proto, ctx.arrays, self._sess_options.optimized_model_filepath)
-        arrays = self._graph_from(proto, inferred=True, arrays=ctx.arrays).initializers
+        try:
+            arrays = read_initializers(proto.graph, ctx.arrays)
+        except InvalidModel as exc:
+            raise type(exc)(f"{self._loaded.origin}: {exc}") from None
         # From here on the model is kept without its weights' bytes (the graph holds them
         # as arrays) and nothing refers into the parsed proto any more — upb frees a
         # message's memory only as a whole — so a session holds one copy of the weights.
