@@ -11,8 +11,8 @@ Models come from ``onyxrt.testing.models`` at their full sizes with random weigh
 table per batch size; per model:
 
 * latency: the medians over ``--runs`` alternating blocks of onyxrt and onnxruntime runs
-  (each block a 0.3 s pause, one untimed run, then two timed ones, so neither runtime pays
-  for the other's still-spinning threads; this machine is noisy) and their ratio;
+  (each block 0.25 s of untimed runs, then two timed ones, so neither runtime pays for the
+  other's still-spinning threads; this machine is noisy) and their ratio;
 * ``onnx.reference``: the median of ``--reference-runs`` runs and how many times faster
   onyxrt is, or the exception type when it cannot run the model;
 * session creation: the median of 3 for each runtime;
@@ -286,10 +286,13 @@ def measure_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
 
 # Timed runs per block in time_interleaved (the block's first run is not timed).
 BLOCK_RUNS = 2
-# Pause before each block (s): long enough for the other runtime's idle threads to stop
-# spinning (OpenBLAS's spin for about 0.1 s, onnxruntime's intra-op pool for a while too),
-# so that neither is timed while the other's threads still occupy a core.
-SETTLE_S = 0.3
+# Untimed runs open each block for at least this long (s): long enough for the other
+# runtime's idle threads to stop spinning (OpenBLAS's spin for about 0.1 s, onnxruntime's
+# intra-op pool for a while too), so that neither is timed while the other's threads still
+# occupy a core. Busy, not a sleep: after an idle pause this machine runs the next runs up
+# to 40% slower (MobileNetV2: 9.6 ms steady, 13.3 ms after 0.3 s idle), which would bill
+# whichever runtime suffers more from it.
+WARMUP_S = 0.25
 
 
 def time_interleaved(data: bytes, feeds: dict[str, np.ndarray],
@@ -299,13 +302,15 @@ def time_interleaved(data: bytes, feeds: dict[str, np.ndarray],
     ours, theirs, create_ours, create_theirs = _create_both(data)
     rel = max_rel_diff(ours.run(None, feeds), theirs.run(None, feeds))
     t_ours, t_theirs = [], []
-    # Alternating blocks, each opened by a pause and an untimed run: after a run both
+    # Alternating blocks, each opened by WARMUP_S of untimed runs: after a run both
     # runtimes' thread pools keep spinning for a while (onnxruntime's intra-op threads,
     # OpenBLAS's), which would bill one runtime for the other's idle threads.
     for _ in range(runs):
         for session, times in ((ours, t_ours), (theirs, t_theirs)):
-            time.sleep(SETTLE_S)
+            start = time.perf_counter()
             session.run(None, feeds)
+            while time.perf_counter() - start < WARMUP_S:
+                session.run(None, feeds)
             times.extend(_timed(lambda s=session: s.run(None, feeds)) for _ in range(BLOCK_RUNS))
     return (statistics.median(t_ours), statistics.median(t_theirs), create_ours, create_theirs,
             rel)
