@@ -22,6 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import NotImplementedOp
+from .shape_inference import infer_shapes
 
 __all__ = ["expand_gradients", "TRAINING_DOMAIN"]
 
@@ -132,7 +133,7 @@ _RULES: dict[str, Rule] = {
 
 
 def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...] | None]:
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = infer_shapes(model)
     result: dict[str, tuple[int, ...] | None] = {}
     for vi in [*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info]:
         dims = vi.type.tensor_type.shape.dim

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnx.shape_inference
 
 from .discovery import CPU_PROVIDER, PLUGINS_ENV_VAR, catalog
 from .dtypes import np_dtype, type_string
@@ -65,6 +64,7 @@ from .session_options import (
     SessionOptions,
     policy_device_order,
 )
+from .shape_inference import infer_shapes
 from .threads import intra_op_limit
 
 __all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning", "PlacementWarning"]
@@ -785,7 +785,7 @@ def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     skeleton = onnx.ModelProto()
     _skeleton_into(skeleton, proto)
     try:
-        inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+        inferred = infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:  # shape inference is an aid; the model may still run
         logger.info("shape inference failed (%s); continuing without it", exc)
         return proto
