@@ -294,3 +294,11 @@ def test_negative_declared_dim_is_invalid_model_not_a_process_abort():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "value 'x' declares dimension 1 as -1" in done.stdout
+
+
+def test_matmul_of_a_1d_operand_gives_the_same_at_every_level():
+    # FuzzCase('random_graph', 11, 7961): x[4] @ c[4, 1] + bias was fused into a
+    # FusedMatMul (rank >= 2 only), so ORT_ENABLE_ALL refused what ORT_DISABLE_ALL ran.
+    # (The optimizer side is tests/test_optimizer.py::test_matmul_with_a_1d_operand_stays_matmul.)
+    result = run_case(FuzzCase("random_graph", seed=11, index=7961))
+    assert result.outcome == "ok", (result.outcome, result.detail)

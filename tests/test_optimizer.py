@@ -244,6 +244,14 @@ def test_batched_matmul_bias_scale_and_transpose_become_fused_matmul(tmp_path, s
     _assert_equivalent(model, {"x": _randn(2, 5, 6), "w": _randn(7, 6, seed=2)})
 
 
+def test_matmul_with_a_1d_operand_stays_matmul(tmp_path):
+    # MatMul promotes a 1-D operand (numpy semantics); FusedMatMul and Gemm take rank >= 2.
+    # Found by the fuzzer: x[4] @ w[4, 1] + bias was fused, and the kernel refused it.
+    model = _matmul_model((4,), (4, 1))
+    assert _optimized_ops(model, tmp_path) == ["MatMul", "Add"]
+    _assert_equivalent(model, {"x": _randn(4)})
+
+
 def test_attention_scores_fold_the_transpose_and_scale(tmp_path):
     # q @ k^T / sqrt(d) where k^T swaps the last two axes of a 4-D tensor.
     nodes = [

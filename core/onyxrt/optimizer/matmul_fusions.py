@@ -85,6 +85,8 @@ def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
                 out = nxt.output[0]
         if len(pattern) == 1 or not rw.claimable(pattern):
             continue
+        if any(r is None or r < 2 for r in (_rank(rw, operands[0]), _rank(rw, operands[1]))):
+            continue  # FusedMatMul and Gemm take rank >= 2; MatMul's 1-D promotion stays MatMul's
         if out != mm.output[0] and (rw.shape(out) is None or rw.shape(out) != rw.shape(mm.output[0])):
             continue  # a scale or bias of higher rank broadcast the product: keep it plain
         inputs = [*operands, bias] if bias else operands
