@@ -45,66 +45,40 @@ onyxrt_depthwise_taps(const float *buf, const idx *offsets, idx taps, const floa
     }
 }
 
-typedef struct {
-    const float *x, *w;
-    float *y;
-    const Geometry *g;
-    idx m_per_g;
-    const float *bias, *z; /* epilogue, applied to each plane while it is in cache */
-    int act;
-    float p0, p1;
-    int failed; /* set when the work buffers could not be allocated */
-} DepthwiseArgs;
-
-/* Input planes [begin, end) of the N * C. */
-static void
-depthwise_planes(DepthwiseArgs *a, idx begin, idx end)
+/* y = depthwise(x, w) with the epilogue (bias per output channel, residual z,
+ * activation) applied to each output plane while it is in cache; -1 when the work
+ * buffers cannot be allocated. */
+static int
+onyxrt_depthwise(const float *x, const float *w, float *y, const Geometry *g, idx m_per_g,
+                 const float *bias, const float *z, int act, float p0, float p1)
 {
-    const Geometry *g = a->g;
     const idx taps = g->kh * g->kw;
-    const idx m_per_g = a->m_per_g;
-    const PhaseLayout p = phase_layout(g);
-    float *buf = (float *)malloc(sizeof(float) * (size_t)(p.phases * p.plane + p.span));
-    idx *offsets = (idx *)malloc(sizeof(idx) * (size_t)taps);
-    if (buf == NULL || offsets == NULL) {
-        free(buf);
-        free(offsets);
-        a->failed = 1;
-        return;
+    PhaseWork work;
+    if (phase_work_open(&work, g) < 0) {
+        return -1;
     }
-    float *wide = buf + p.phases * p.plane;
-    for (idx ky = 0; ky < g->kh; ky++) {
-        for (idx kx = 0; kx < g->kw; kx++) {
-            offsets[ky * g->kw + kx] = tap_offset(g, &p, ky, kx);
-        }
-    }
-    for (idx plane = begin; plane < end; plane++) {
+    for (idx plane = 0; plane < g->n * g->c; plane++) {
         const idx n = plane / g->c, ic = plane % g->c;
-        fill_phases(a->x + plane * g->h * g->w, g, &p, buf, 0.0f);
+        fill_phases(x + plane * g->h * g->w, g, &work.p, work.buf, 0.0f);
         for (idx j = 0; j < m_per_g; j++) {
             const idx oc = ic * m_per_g + j;
-            float *yo = a->y + (n * g->c * m_per_g + oc) * g->oh * g->ow;
-            /* Straight into y when rows need no compaction. */
-            float *dst = p.wq == g->ow ? yo : wide;
+            float *yo = y + (n * g->c * m_per_g + oc) * g->oh * g->ow;
+            float *target = phase_work_target(&work, yo, g);
             if (taps == 9) {
-                onyxrt_depthwise_taps9(buf, offsets, a->w + oc * taps, dst, p.span);
+                onyxrt_depthwise_taps9(work.buf, work.offsets, w + oc * taps, target, work.p.span);
             } else {
-                onyxrt_depthwise_taps(buf, offsets, taps, a->w + oc * taps, dst, p.span);
+                onyxrt_depthwise_taps(work.buf, work.offsets, taps, w + oc * taps, target,
+                                      work.p.span);
             }
-            if (dst == wide) {
-                for (idx oy = 0; oy < g->oh; oy++) {
-                    memcpy(yo + oy * g->ow, wide + oy * p.wq, sizeof(float) * (size_t)g->ow);
-                }
-            }
-            if (a->bias || a->z || a->act != ACT_NONE) {
-                const idx area = g->oh * g->ow;
-                onyxrt_epilogue(yo, 0, 1, 1, area, a->bias ? a->bias + oc : NULL,
-                                a->z ? a->z + (yo - a->y) : NULL, a->act, a->p0, a->p1);
+            phase_work_store(&work, target, yo, g);
+            if (bias || z || act != ACT_NONE) {
+                onyxrt_epilogue(yo, 0, 1, 1, g->oh * g->ow, bias ? bias + oc : NULL,
+                                z ? z + (yo - y) : NULL, act, p0, p1);
             }
         }
     }
-    free(buf);
-    free(offsets);
+    phase_work_close(&work);
+    return 0;
 }
 
 PyObject *
@@ -134,13 +108,13 @@ py_depthwise(PyObject *self, PyObject *args)
         release(&x);
         return NULL;
     }
-    if (get_f32(yo, &y, 1, g.n * g.c * m_per_g * g.oh * g.ow, "y") < 0) {
+    const idx y_floats = g.n * g.c * m_per_g * g.oh * g.ow;
+    if (get_f32(yo, &y, 1, y_floats, "y") < 0) {
         release(&x);
         release(&w);
         return NULL;
     }
     Py_buffer b, z;
-    const idx y_floats = g.n * g.c * m_per_g * g.oh * g.ow;
     if (get_optional_f32(bo, &b, g.c * m_per_g, "bias") < 0 ||
         get_optional_f32(zo, &z, y_floats, "z") < 0) {
         release(&x);
@@ -149,11 +123,11 @@ py_depthwise(PyObject *self, PyObject *args)
         release(&b);
         return NULL;
     }
-    DepthwiseArgs a = {(const float *)x.buf, (const float *)w.buf, (float *)y.buf, &g, m_per_g,
-                       (const float *)b.buf, (const float *)z.buf, act, p0, p1, 0};
-    if (g.oh > 0 && g.ow > 0) {
+    int rc = 0;
+    if (g.n > 0 && g.oh > 0 && g.ow > 0) {
         Py_BEGIN_ALLOW_THREADS
-        depthwise_planes(&a, 0, g.n * g.c);
+        rc = onyxrt_depthwise((const float *)x.buf, (const float *)w.buf, (float *)y.buf, &g,
+                              m_per_g, (const float *)b.buf, (const float *)z.buf, act, p0, p1);
         Py_END_ALLOW_THREADS
     }
     release(&x);
@@ -161,7 +135,7 @@ py_depthwise(PyObject *self, PyObject *args)
     release(&y);
     release(&b);
     release(&z);
-    if (a.failed) {
+    if (rc < 0) {
         return PyErr_NoMemory();
     }
     Py_RETURN_NONE;

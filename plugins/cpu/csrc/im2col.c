@@ -25,16 +25,14 @@ onyxrt_im2col(const float *x, float *cols, const Geometry *g, idx r0, idx rows, 
                     for (idx r = 0; r < rows; r++, dst += ow) {
                         const idx iy = (r0 + r) * sh + ky * dh - ph;
                         if (iy < 0 || iy >= h || hi <= lo) {
-                            memset(dst, 0, sizeof(float) * (size_t)ow);
+                            fill(dst, ow, 0.0f);
                             continue;
                         }
                         const float *restrict src = xi + iy * w + off;
                         float *restrict out = dst;
-                        /* Plain loops, not memset/memcpy: rows are often 7-28 floats,
-                         * where a library call costs more than the copy. */
-                        for (idx ox = 0; ox < lo; ox++) {
-                            out[ox] = 0.0f;
-                        }
+                        /* Plain loops (fill), not memset/memcpy: rows are often 7-28
+                         * floats, where a library call costs more than the copy. */
+                        fill(out, lo, 0.0f);
                         if (sw == 1) {
                             for (idx ox = lo; ox < hi; ox++) {
                                 out[ox] = src[ox];
@@ -48,9 +46,7 @@ onyxrt_im2col(const float *x, float *cols, const Geometry *g, idx r0, idx rows, 
                                 out[ox] = src[ox * sw];
                             }
                         }
-                        for (idx ox = hi; ox < ow; ox++) {
-                            out[ox] = 0.0f;
-                        }
+                        fill(out + hi, ow - hi, 0.0f);
                     }
                 }
             }

@@ -80,6 +80,31 @@ PhaseLayout phase_layout(const Geometry *g);
 void fill_phases(const float *x, const Geometry *g, const PhaseLayout *p, float *buf, float pad);
 idx tap_offset(const Geometry *g, const PhaseLayout *p, idx ky, idx kx);
 
+/* What a window kernel on phase planes works with (depthwise.c, pool.c): the layout, a
+ * buffer of the phase planes followed by rows of width wq for one output plane ("wide"),
+ * and where each tap starts reading. */
+typedef struct {
+    PhaseLayout p;
+    float *buf;
+    float *wide;
+    idx *offsets;
+} PhaseWork;
+
+int phase_work_open(PhaseWork *w, const Geometry *g);
+void phase_work_close(PhaseWork *w);
+float *phase_work_target(const PhaseWork *w, float *yo, const Geometry *g);
+void phase_work_store(const PhaseWork *w, const float *target, float *yo, const Geometry *g);
+
+/* dst[0..n) = value, as a plain loop: rows here are often a few floats long, where a
+ * memset call costs more than the stores. */
+static inline void
+fill(float *dst, idx n, float value)
+{
+    for (idx i = 0; i < n; i++) {
+        dst[i] = value;
+    }
+}
+
 /* The Python entry points (module.c's method table). */
 PyObject *py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *py_gelu_tanh(PyObject *self, PyObject *args);

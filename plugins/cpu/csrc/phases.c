@@ -25,14 +25,6 @@ phase_layout(const Geometry *g)
     return p;
 }
 
-static inline void
-fill(float *dst, idx n, float value)
-{
-    for (idx i = 0; i < n; i++) {
-        dst[i] = value;
-    }
-}
-
 /* The phase planes of the input plane x (h, w) into buf (phases * plane floats), `pad`
  * where they fall outside x. */
 MULTIVERSION void
@@ -81,4 +73,54 @@ tap_offset(const Geometry *g, const PhaseLayout *p, idx ky, idx kx)
     const idx ry = ky * g->dh, rx = kx * g->dw;
     const idx phase = (ry % g->sh) * g->sw + rx % g->sw;
     return phase * p->plane + (ry / g->sh) * p->wq + rx / g->sw;
+}
+
+/* Allocates the work buffers for g's windows; -1 when they cannot be allocated. */
+int
+phase_work_open(PhaseWork *w, const Geometry *g)
+{
+    const idx taps = g->kh * g->kw;
+    w->p = phase_layout(g);
+    w->buf = (float *)malloc(sizeof(float) * (size_t)(w->p.phases * w->p.plane + w->p.span));
+    w->offsets = (idx *)malloc(sizeof(idx) * (size_t)taps);
+    if (w->buf == NULL || w->offsets == NULL) {
+        phase_work_close(w);
+        return -1;
+    }
+    w->wide = w->buf + w->p.phases * w->p.plane;
+    for (idx ky = 0; ky < g->kh; ky++) {
+        for (idx kx = 0; kx < g->kw; kx++) {
+            w->offsets[ky * g->kw + kx] = tap_offset(g, &w->p, ky, kx);
+        }
+    }
+    return 0;
+}
+
+void
+phase_work_close(PhaseWork *w)
+{
+    free(w->buf);
+    free(w->offsets);
+    w->buf = NULL;
+    w->offsets = NULL;
+}
+
+/* Where an output plane yo is computed: straight into yo when its rows need no
+ * compaction (wq == ow), else into the wide rows. */
+float *
+phase_work_target(const PhaseWork *w, float *yo, const Geometry *g)
+{
+    return w->p.wq == g->ow ? yo : w->wide;
+}
+
+/* Moves a plane computed into `target` (from phase_work_target) into yo. */
+void
+phase_work_store(const PhaseWork *w, const float *target, float *yo, const Geometry *g)
+{
+    if (target == yo) {
+        return;
+    }
+    for (idx oy = 0; oy < g->oh; oy++) {
+        memcpy(yo + oy * g->ow, target + oy * w->p.wq, sizeof(float) * (size_t)g->ow);
+    }
 }

@@ -24,34 +24,18 @@ onyxrt_max_taps(const float *buf, const idx *offsets, idx taps, float *out, idx 
 static int
 onyxrt_maxpool(const float *x, float *y, const Geometry *g)
 {
-    const idx taps = g->kh * g->kw;
-    const PhaseLayout p = phase_layout(g);
-    float *buf = (float *)malloc(sizeof(float) * (size_t)(p.phases * p.plane + p.span));
-    idx *offsets = (idx *)malloc(sizeof(idx) * (size_t)taps);
-    if (buf == NULL || offsets == NULL) {
-        free(buf);
-        free(offsets);
+    PhaseWork work;
+    if (phase_work_open(&work, g) < 0) {
         return -1;
     }
-    float *wide = buf + p.phases * p.plane;
-    for (idx ky = 0; ky < g->kh; ky++) {
-        for (idx kx = 0; kx < g->kw; kx++) {
-            offsets[ky * g->kw + kx] = tap_offset(g, &p, ky, kx);
-        }
-    }
     for (idx plane = 0; plane < g->n * g->c; plane++) {
-        fill_phases(x + plane * g->h * g->w, g, &p, buf, -INFINITY);
+        fill_phases(x + plane * g->h * g->w, g, &work.p, work.buf, -INFINITY);
         float *yo = y + plane * g->oh * g->ow;
-        float *dst = p.wq == g->ow ? yo : wide;
-        onyxrt_max_taps(buf, offsets, taps, dst, p.span);
-        if (dst == wide) {
-            for (idx oy = 0; oy < g->oh; oy++) {
-                memcpy(yo + oy * g->ow, wide + oy * p.wq, sizeof(float) * (size_t)g->ow);
-            }
-        }
+        float *target = phase_work_target(&work, yo, g);
+        onyxrt_max_taps(work.buf, work.offsets, g->kh * g->kw, target, work.p.span);
+        phase_work_store(&work, target, yo, g);
     }
-    free(buf);
-    free(offsets);
+    phase_work_close(&work);
     return 0;
 }
 
