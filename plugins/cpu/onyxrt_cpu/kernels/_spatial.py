@@ -6,13 +6,15 @@ turning them into an output shape and explicit pads for a given input (incl. poo
 each kernel tap reads, and the phase-split flat layout (:class:`FlatPlan`) in which every
 tap is one contiguous slice (fast tap-by-tap reductions for pools and depthwise conv).
 It also holds :func:`compute_dtype`, the float16/bfloat16 → float32 compute rule that the
-linalg and normalization kernels share with conv and pool.
+linalg and normalization kernels share with conv and pool, and :func:`scratch`, the
+per-thread work buffers of the convolution paths (im2col, Winograd).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,7 @@ __all__ = [
     "flat_plan",
     "lead_blocks",
     "prod",
+    "scratch",
 ]
 
 
@@ -223,3 +226,20 @@ def lead_blocks(
     for n0 in range(n):
         for c0 in range(0, c, cb):
             yield slice(n0, n0 + 1), slice(c0, c0 + cb)
+
+
+_local = threading.local()
+
+
+def scratch(name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """A reusable per-thread buffer of ``shape`` (undefined contents) for role ``name``.
+
+    Reusing it spares the page faults of a fresh multi-megabyte allocation on every call;
+    being per thread, kernels running concurrently never share one.
+    """
+    nbytes = prod(shape) * dtype.itemsize
+    buf = getattr(_local, name, None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = np.empty(nbytes, dtype=np.uint8)
+        setattr(_local, name, buf)
+    return buf[:nbytes].view(dtype).reshape(shape)

@@ -15,7 +15,6 @@ float32; ConvInteger computes exactly in float64 (int8 products summed far below
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,6 +33,7 @@ from ._spatial import (
     lead_blocks,
     prod,
     read_spatial_attrs,
+    scratch,
     taps,
     window,
 )
@@ -189,29 +189,12 @@ def _finish_images(y: np.ndarray, finish: tuple[Any, ...] | None, n0: int, n1: i
 
 
 # Column matrices are built in chunks of at most this many bytes (bounded memory, cache
-# reuse); each thread that runs convs keeps one such buffer alive (see _scratch).
+# reuse); each thread that runs convs keeps one such buffer alive (see ``_spatial.scratch``).
 _COLS_BUDGET = 1 << 24
 # Images whose column matrix has fewer columns than this are stacked side by side into one
 # GEMM (BLAS, threaded especially, runs short products well below its peak, and the
 # columns are copied anyway); larger ones run one by one.
 _STACK_BELOW = 1024
-
-_local = threading.local()
-
-
-def _scratch(name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    """A reusable per-thread buffer of ``shape`` (undefined contents) for role ``name``.
-
-    Reusing it spares the page faults of a fresh multi-megabyte allocation on every call;
-    being per thread, kernels running concurrently never share one.
-    """
-    nbytes = prod(shape) * dtype.itemsize
-    buf = getattr(_local, name, None)
-    if buf is None or buf.nbytes < nbytes:
-        buf = np.empty(nbytes, dtype=np.uint8)
-        setattr(_local, name, buf)
-    return buf[:nbytes].view(dtype).reshape(shape)
-
 
 def _chunks(
     n: int, k: int, out: tuple[int, ...], itemsize: int
@@ -255,7 +238,7 @@ def _conv_chunk(
     nb = n1 - n0
     sub = (r1 - r0,) + win.out_shape[1:]
     ls = prod(sub)
-    cols = _scratch("cols", (c, prod(kernel), nb) + sub, x.dtype)
+    cols = scratch("cols", (c, prod(kernel), nb) + sub, x.dtype)
     xb = x[n0:n1]
     if pad_value != 0 or not native.im2col2d(
         xb, cols, kernel, win.out_shape, strides, win.pads_begin, dilations, r0
@@ -268,7 +251,7 @@ def _conv_chunk(
         dst = y[n0].reshape(group, m_per_g, -1)[:, :, r0 * rest : r1 * rest]
         np.matmul(wp, cols, out=dst)
         return
-    prod_ = _scratch("gemm", (group, m_per_g, nb * ls), x.dtype)
+    prod_ = scratch("gemm", (group, m_per_g, nb * ls), x.dtype)
     np.matmul(wp, cols, out=prod_)
     # (M, images, L) → (images, M, L): the one extra pass that stacking images costs.
     y[n0:n1].reshape(nb, group * m_per_g, ls)[...] = prod_.reshape(-1, nb, ls).transpose(1, 0, 2)

@@ -16,12 +16,12 @@ Used for float32, group 1, 3x3 kernels, stride 1, dilation 1 with at least
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
 from .. import native
+from ._spatial import scratch
 
 __all__ = ["MIN_CHANNELS", "applicable", "transform_filters", "convolve"]
 
@@ -31,6 +31,8 @@ MIN_CHANNELS = 32
 #: Output tiles (2x2) below which it does: 16 GEMMs with so few columns run far below
 #: BLAS's peak (ResNet-50's 7x7 layers, 16 tiles, gain nothing).
 MIN_TILES = 36
+
+_F32 = np.dtype(np.float32)
 
 # G (4x3): the filter transform.
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -66,19 +68,6 @@ def transform_filters(wp: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(16, m, k // 9), dtype=np.float32)
 
 
-_local = threading.local()
-
-
-def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A reusable per-thread float32 buffer (undefined contents) for role ``name``."""
-    size = int(np.prod(shape))
-    buf = getattr(_local, name, None)
-    if buf is None or buf.size < size:
-        buf = np.empty(size, dtype=np.float32)
-        setattr(_local, name, buf)
-    return buf[:size].reshape(shape)
-
-
 def convolve(
     x: np.ndarray,
     u: np.ndarray,
@@ -97,9 +86,9 @@ def convolve(
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     geometry = (n, c, h, w, 3, 3, oh, ow, 1, 1, pads_begin[0], pads_begin[1], 1, 1)
     tiles = n * th * tw
-    v = _scratch("v", (16, c, tiles))
+    v = scratch("winograd_v", (16, c, tiles), _F32)
     native.winograd_input(x, v, geometry)
-    products = _scratch("products", (16, m, tiles))
+    products = scratch("winograd_products", (16, m, tiles), _F32)
     np.matmul(u, v, out=products)
     y = np.empty((n, m, oh, ow), dtype=np.float32)
     applied = finish is not None and native.epilogue_ready(y.shape, finish[0], finish[1])
