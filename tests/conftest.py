@@ -19,6 +19,7 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from model_helpers import make_model, tensor  # noqa: E402
+from toy_provider import TOY_PLUGIN  # noqa: E402
 
 
 class PluginSite:
@@ -64,21 +65,6 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plu
 
 
 TOY = "ToyDeviceExecutionProvider"
-
-# The plugin module of a fake ``onyxrt-toy`` distribution: it offers the toy device
-# provider from ``toy_provider.py`` through the ``onyxrt.providers`` entry point.
-TOY_PLUGIN = """
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-
-def _load():
-    from toy_provider import ToyDeviceExecutionProvider
-    return ToyDeviceExecutionProvider
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
-"""
-
 
 @pytest.fixture
 def toy_provider(plugin_site: PluginSite) -> str:

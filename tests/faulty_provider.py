@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from toy_provider import ToyBuffer, ToyDeviceExecutionProvider, ToyTransfer
+from toy_provider import ToyBuffer, ToyDeviceExecutionProvider, ToyTransfer, plugin_module
 
 from onyxrt.devices import Device
 from onyxrt.graph import GraphView, Node
@@ -199,38 +199,5 @@ class SerialExecutionProvider(ToyDeviceExecutionProvider):
 
 
 # The plugin modules of fake distributions offering these providers.
-FAULTY_PLUGIN = """
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-
-def _load():
-    from faulty_provider import FaultyExecutionProvider
-    return FaultyExecutionProvider
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("FaultyExecutionProvider", _load, priority=60, device_types=("npu",))]
-"""
-
-SERIAL_PLUGIN = """
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-
-def _load():
-    from faulty_provider import SerialExecutionProvider
-    return SerialExecutionProvider
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("SerialExecutionProvider", _load, priority=55, device_types=("npu",))]
-"""
-
-TOY_PLUGIN = """
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-
-def _load():
-    from toy_provider import ToyDeviceExecutionProvider
-    return ToyDeviceExecutionProvider
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
-"""
+FAULTY_PLUGIN = plugin_module("faulty_provider", "FaultyExecutionProvider", 60)
+SERIAL_PLUGIN = plugin_module("faulty_provider", "SerialExecutionProvider", 55)

@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from toy_provider import TOY_PLUGIN
 
 import onyxrt as ort
 from onyxrt.discovery import catalog
 from onyxrt.errors import DuplicateProviderError
-
-GOOD_PLUGIN = """
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-
-def _load():
-    from toy_provider import ToyDeviceExecutionProvider
-    return ToyDeviceExecutionProvider
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
-"""
 
 BROKEN_PLUGIN = """
 raise ImportError("libmyaccel.so.3: cannot open shared object file")
@@ -62,7 +51,7 @@ def test_cpu_provider_comes_from_its_entry_point():
 
 
 def test_third_party_provider_found_through_entry_point(plugin_site):
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
     available = ort.get_available_providers()
     from model_helpers import assert_priority_order
 
@@ -77,7 +66,7 @@ def test_third_party_provider_found_through_entry_point(plugin_site):
 
 def test_plugin_failing_to_import_is_isolated_and_reported(plugin_site):
     plugin_site.add_distribution("onyxrt-broken", {"broken": "broken_plugin"}, {"broken_plugin": BROKEN_PLUGIN})
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
     assert "ToyDeviceExecutionProvider" in ort.get_available_providers()
     failures = catalog().failures
     assert len(failures) == 1
@@ -106,8 +95,8 @@ def test_requesting_an_unusable_provider_warns_with_the_reason_and_runs_on_cpu(p
 
 
 def test_duplicate_provider_name_is_an_error_naming_both_packages(plugin_site):
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
-    plugin_site.add_distribution("onyxrt-toy-fork", {"toyfork": "toy_fork_plugin"}, {"toy_fork_plugin": GOOD_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy-fork", {"toyfork": "toy_fork_plugin"}, {"toy_fork_plugin": TOY_PLUGIN})
     with pytest.raises(DuplicateProviderError) as err:
         ort.get_available_providers()
     assert "onyxrt-toy" in str(err.value) and "onyxrt-toy-fork" in str(err.value)
@@ -122,7 +111,7 @@ def test_protocol_version_mismatch_is_reported_not_loaded(plugin_site):
 
 def test_environment_variable_restricts_plugins(plugin_site, monkeypatch):
     plugin_site.add_distribution("onyxrt-broken", {"broken": "broken_plugin"}, {"broken_plugin": BROKEN_PLUGIN})
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
     monkeypatch.setenv("ONYXRT_PLUGINS", "cpu,onyxrt-toy")
     from onyxrt.discovery import reset_catalog
 
@@ -140,7 +129,7 @@ def test_two_provider_placement_with_copies(plugin_site):
     from model_helpers import make_model, tensor
     from onnx import helper
 
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
     w = np.array([1.0, -2.0, 3.0, -4.0], np.float32)
     model = make_model(
         [
@@ -186,7 +175,7 @@ def test_host_inputs_of_a_device_kernel_are_not_copied(plugin_site):
     from model_helpers import make_model, tensor
     from onnx import TensorProto, helper
 
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": GOOD_PLUGIN})
+    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
     model = make_model(
         [
             helper.make_node("Relu", ["x"], ["r"], name="relu"),

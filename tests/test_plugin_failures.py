@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 import pytest
-from faulty_provider import FAULTS, FAULTY_PLUGIN, NAME, RELEASE, TOY_PLUGIN
+from faulty_provider import FAULTS, FAULTY_PLUGIN, NAME, RELEASE
 from model_helpers import make_model, tensor
 from onnx import helper
 
@@ -163,8 +163,7 @@ def test_creation_failure_leaves_the_provider_out_with_a_warning(faulty, model, 
     _strict_fails(model, {fault}, reason)
 
 
-def test_the_next_provider_takes_over_from_a_failed_one(faulty, model, plugin_site):
-    plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
+def test_the_next_provider_takes_over_from_a_failed_one(faulty, model, toy_provider):
     faulty.add("compile_raises")
     with pytest.warns(ProviderFallbackWarning, match="compiler crashed"):
         sess = ort.InferenceSession(model, providers=[NAME, "ToyDeviceExecutionProvider", CPU])

@@ -139,3 +139,23 @@ def _load() -> type[ToyDeviceExecutionProvider]:
 @hookimpl
 def onyxrt_providers() -> list[ProviderSpec]:
     return [ProviderSpec("ToyDeviceExecutionProvider", _load, priority=50, device_types=("npu",))]
+
+
+def plugin_module(module: str, cls: str, priority: int) -> str:
+    """The source of a fake distribution's plugin module offering ``module.cls`` (an NPU
+    device provider) through the ``onyxrt.providers`` entry point."""
+    return f"""
+from onyxrt.hookspecs import ProviderSpec, hookimpl
+
+def _load():
+    from {module} import {cls}
+    return {cls}
+
+@hookimpl
+def onyxrt_providers():
+    return [ProviderSpec("{cls}", _load, priority={priority}, device_types=("npu",))]
+"""
+
+
+#: The plugin module of a fake ``onyxrt-toy`` distribution offering this toy provider.
+TOY_PLUGIN = plugin_module("toy_provider", "ToyDeviceExecutionProvider", 50)
