@@ -49,20 +49,14 @@ class FusedConv(Conv):
                 None if z is None else z.astype(np.float32, copy=False),
                 *self.native_activation,
             )
+        # The convolution applies bias, residual and activation in one compiled pass when
+        # it can (float32, the compiled kernels on, an activation they know); if not, the
+        # numpy epilogue computes the same values.
         y, finished = self._convolve(x, w, finish)
-        if finished:
-            return (y.astype(x.dtype, copy=False),)
-        if self.native_activation is not None and native.epilogue(
-            y,
-            None if b is None else b.astype(y.dtype, copy=False),
-            None if z is None else z.astype(y.dtype, copy=False),
-            *self.native_activation,
-        ):
-            # bias, residual and activation in one compiled pass
-            return (y.astype(x.dtype, copy=False),)
-        if b is not None:
-            add_channel_bias(y, b)
-        self.epilogue(np, y, z)
+        if not finished:
+            if b is not None:
+                add_channel_bias(y, b)
+            self.epilogue(np, y, z)
         return (y.astype(x.dtype, copy=False),)
 
 
