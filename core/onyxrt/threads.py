@@ -1,7 +1,9 @@
 """``SessionOptions.intra_op_num_threads``: the size of the BLAS thread pool during runs.
 
 onyxrt's kernels parallelise inside the BLAS library numpy links (OpenBLAS, MKL, ...), so
-that pool is what onnxruntime's intra-op pool corresponds to. threadpoolctl sets it for the
+that pool is what onnxruntime's intra-op pool corresponds to (the CPU provider's compiled
+kernels split their work over OpenBLAS's thread count too, on OpenBLAS's threads: see
+onyxrt_cpu.blas_threads). threadpoolctl sets it for the
 duration of each run of a session that asks for a size and restores it afterwards (~8 µs
 per run); 0, the default, leaves the library's own setting (all cores). The pool is
 process-wide: concurrent runs of sessions asking for different sizes share it, and the

@@ -28,7 +28,9 @@ class _BuildExt(build_ext):
             unix_flags = ["-O3", "-std=c99", "-fstrict-aliasing", "-fvisibility=hidden"]
             if "gcc" in " ".join(self.compiler.compiler_so):
                 unix_flags.append("-fno-tree-loop-distribute-patterns")
-            ext.extra_compile_args = unix_flags if unix else ["/O2"]
+            # -pthread: csrc/threads.c's pool.
+            ext.extra_compile_args = unix_flags + ["-pthread"] if unix else ["/O2"]
+            ext.extra_link_args = ["-pthread"] if unix else []
         super().build_extensions()
 
 

@@ -36,6 +36,21 @@ onyxrt_gelu_erf(const float *x, float *y, idx n, const float *coeffs, float clam
     }
 }
 
+typedef struct {
+    const float *x;
+    float *y;
+    const float *coeffs;
+    float clamp, t_scale, scale;
+} GeluErf;
+
+static void
+gelu_erf_range(void *ctx, idx begin, idx end)
+{
+    const GeluErf *c = (const GeluErf *)ctx;
+    onyxrt_gelu_erf(c->x + begin, c->y + begin, end - begin, c->coeffs, c->clamp, c->t_scale,
+                    c->scale);
+}
+
 PyObject *
 py_gelu_erf(PyObject *self, PyObject *args)
 {
@@ -59,8 +74,9 @@ py_gelu_erf(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    onyxrt_gelu_erf((const float *)x.buf, (float *)y.buf, n, (const float *)c.buf, clamp,
-                    t_scale, scale);
+    GeluErf call = {(const float *)x.buf, (float *)y.buf, (const float *)c.buf, clamp, t_scale,
+                    scale};
+    parallel_for(gelu_erf_range, &call, n, MIN_PARALLEL_FLOATS);
     Py_END_ALLOW_THREADS
     release(&x);
     release(&y);
@@ -82,6 +98,20 @@ onyxrt_gelu_tanh(const float *x, float *y, idx n)
     }
 }
 
+/* x and y of an elementwise or row-wise call; `n` floats per row (1: elementwise). */
+typedef struct {
+    const float *x;
+    float *y;
+    idx n;
+} RowsCall;
+
+static void
+gelu_tanh_range(void *ctx, idx begin, idx end)
+{
+    const RowsCall *c = (const RowsCall *)ctx;
+    onyxrt_gelu_tanh(c->x + begin, c->y + begin, end - begin);
+}
+
 PyObject *
 py_gelu_tanh(PyObject *self, PyObject *args)
 {
@@ -99,7 +129,8 @@ py_gelu_tanh(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    onyxrt_gelu_tanh((const float *)x.buf, (float *)y.buf, n);
+    RowsCall call = {(const float *)x.buf, (float *)y.buf, 1};
+    parallel_for(gelu_tanh_range, &call, n, MIN_PARALLEL_FLOATS);
     Py_END_ALLOW_THREADS
     release(&x);
     release(&y);
@@ -121,6 +152,13 @@ onyxrt_softmax(const float *x, float *y, idx rows, idx n)
             yr[i] *= inv;
         }
     }
+}
+
+static void
+softmax_rows(void *ctx, idx begin, idx end)
+{
+    const RowsCall *c = (const RowsCall *)ctx;
+    onyxrt_softmax(c->x + begin * c->n, c->y + begin * c->n, end - begin, c->n);
 }
 
 PyObject *
@@ -149,7 +187,8 @@ py_softmax(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    onyxrt_softmax((const float *)x.buf, (float *)y.buf, total / n, n);
+    RowsCall call = {(const float *)x.buf, (float *)y.buf, n};
+    parallel_for(softmax_rows, &call, total / n, 1 + MIN_PARALLEL_FLOATS / n);
     Py_END_ALLOW_THREADS
     release(&x);
     release(&y);

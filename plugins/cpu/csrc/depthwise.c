@@ -45,40 +45,62 @@ onyxrt_depthwise_taps(const float *buf, const idx *offsets, idx taps, const floa
     }
 }
 
-/* y = depthwise(x, w) with the epilogue (bias per output channel, residual z,
- * activation) applied to each output plane while it is in cache; -1 when the work
- * buffers cannot be allocated. */
-static int
-onyxrt_depthwise(const float *x, const float *w, float *y, const Geometry *g, idx m_per_g,
-                 const float *bias, const float *z, int act, float p0, float p1)
+/* One depthwise call: y = depthwise(x, w), with the epilogue (bias per output channel,
+ * residual z, activation) applied to each output plane while it is in cache. */
+typedef struct {
+    const float *x, *w, *bias, *z;
+    float *y;
+    const Geometry *g;
+    idx m_per_g;
+    int act;
+    float p0, p1;
+    int failed; /* a piece could not allocate its work buffers */
+} Depthwise;
+
+/* Input planes [begin, end). */
+static void
+depthwise_planes(void *ctx, idx begin, idx end)
 {
+    const Depthwise *d = (const Depthwise *)ctx;
+    const Geometry *g = d->g;
     const idx taps = g->kh * g->kw;
     PhaseWork work;
     if (phase_work_open(&work, g) < 0) {
-        return -1;
+        __atomic_store_n(&((Depthwise *)ctx)->failed, 1, __ATOMIC_RELAXED);
+        return;
     }
-    for (idx plane = 0; plane < g->n * g->c; plane++) {
+    for (idx plane = begin; plane < end; plane++) {
         const idx n = plane / g->c, ic = plane % g->c;
-        fill_phases(x + plane * g->h * g->w, g, &work.p, work.buf, 0.0f);
-        for (idx j = 0; j < m_per_g; j++) {
-            const idx oc = ic * m_per_g + j;
-            float *yo = y + (n * g->c * m_per_g + oc) * g->oh * g->ow;
+        fill_phases(d->x + plane * g->h * g->w, g, &work.p, work.buf, 0.0f);
+        for (idx j = 0; j < d->m_per_g; j++) {
+            const idx oc = ic * d->m_per_g + j;
+            float *yo = d->y + (n * g->c * d->m_per_g + oc) * g->oh * g->ow;
             float *target = phase_work_target(&work, yo, g);
             if (taps == 9) {
-                onyxrt_depthwise_taps9(work.buf, work.offsets, w + oc * taps, target, work.p.span);
+                onyxrt_depthwise_taps9(work.buf, work.offsets, d->w + oc * taps, target,
+                                       work.p.span);
             } else {
-                onyxrt_depthwise_taps(work.buf, work.offsets, taps, w + oc * taps, target,
+                onyxrt_depthwise_taps(work.buf, work.offsets, taps, d->w + oc * taps, target,
                                       work.p.span);
             }
             phase_work_store(&work, target, yo, g);
-            if (bias || z || act != ACT_NONE) {
-                onyxrt_epilogue(yo, 0, 1, 1, g->oh * g->ow, bias ? bias + oc : NULL,
-                                z ? z + (yo - y) : NULL, act, p0, p1);
+            if (d->bias || d->z || d->act != ACT_NONE) {
+                onyxrt_epilogue(yo, 0, 1, 1, g->oh * g->ow, d->bias ? d->bias + oc : NULL,
+                                d->z ? d->z + (yo - d->y) : NULL, d->act, d->p0, d->p1);
             }
         }
     }
     phase_work_close(&work);
-    return 0;
+}
+
+/* Split by input planes; -1 when work buffers cannot be allocated. */
+static int
+onyxrt_depthwise(Depthwise *d)
+{
+    const Geometry *g = d->g;
+    const idx plane_work = g->oh * g->ow * g->kh * g->kw * d->m_per_g;
+    parallel_for(depthwise_planes, d, g->n * g->c, 1 + MIN_PARALLEL_FLOATS / (plane_work + 1));
+    return d->failed ? -1 : 0;
 }
 
 PyObject *
@@ -126,8 +148,9 @@ py_depthwise(PyObject *self, PyObject *args)
     int rc = 0;
     if (g.n > 0 && g.oh > 0 && g.ow > 0) {
         Py_BEGIN_ALLOW_THREADS
-        rc = onyxrt_depthwise((const float *)x.buf, (const float *)w.buf, (float *)y.buf, &g,
-                              m_per_g, (const float *)b.buf, (const float *)z.buf, act, p0, p1);
+        Depthwise d = {(const float *)x.buf, (const float *)w.buf, (const float *)b.buf,
+                       (const float *)z.buf, (float *)y.buf, &g, m_per_g, act, p0, p1, 0};
+        rc = onyxrt_depthwise(&d);
         Py_END_ALLOW_THREADS
     }
     release(&x);

@@ -45,6 +45,21 @@ onyxrt_epilogue(float *y, idx r_begin, idx r_end, idx channels, idx length, cons
     }
 }
 
+typedef struct {
+    float *y;
+    idx channels, length;
+    const float *bias, *z;
+    int act;
+    float p0, p1;
+} Epilogue;
+
+static void
+epilogue_rows(void *ctx, idx begin, idx end)
+{
+    const Epilogue *e = (const Epilogue *)ctx;
+    onyxrt_epilogue(e->y, begin, end, e->channels, e->length, e->bias, e->z, e->act, e->p0, e->p1);
+}
+
 PyObject *
 py_epilogue(PyObject *self, PyObject *args)
 {
@@ -84,8 +99,9 @@ py_epilogue(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    onyxrt_epilogue((float *)y.buf, 0, rows, channels, length, (const float *)b.buf,
-                    (const float *)z.buf, act, p0, p1);
+    Epilogue e = {(float *)y.buf, channels, length, (const float *)b.buf, (const float *)z.buf,
+                  act, p0, p1};
+    parallel_for(epilogue_rows, &e, rows, 1 + MIN_PARALLEL_FLOATS / (length + 1));
     Py_END_ALLOW_THREADS
     release(&y);
     release(&b);

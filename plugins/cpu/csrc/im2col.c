@@ -54,6 +54,21 @@ onyxrt_im2col(const float *x, float *cols, const Geometry *g, idx r0, idx rows, 
     }
 }
 
+typedef struct {
+    const float *x;
+    float *cols;
+    const Geometry *g;
+    idx r0, rows;
+} Im2col;
+
+/* Input channels [begin, end). */
+static void
+im2col_channels(void *ctx, idx begin, idx end)
+{
+    const Im2col *c = (const Im2col *)ctx;
+    onyxrt_im2col(c->x, c->cols, c->g, c->r0, c->rows, begin, end);
+}
+
 PyObject *
 py_im2col(PyObject *self, PyObject *args)
 {
@@ -81,7 +96,9 @@ py_im2col(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    onyxrt_im2col((const float *)x.buf, (float *)cols.buf, &g, r0, rows, 0, g.c);
+    Im2col c = {(const float *)x.buf, (float *)cols.buf, &g, r0, rows};
+    const idx channel_floats = g.kh * g.kw * g.n * rows * g.ow;
+    parallel_for(im2col_channels, &c, g.c, 1 + MIN_PARALLEL_FLOATS / (channel_floats + 1));
     Py_END_ALLOW_THREADS
     release(&x);
     release(&cols);

@@ -25,6 +25,13 @@ static PyMethodDef methods[] = {
      "maxpool(x, y, geometry): 2-D max pooling of x (N, C, H, W) into y, -inf padding."},
     {"im2col", py_im2col, METH_VARARGS,
      "im2col(x, cols, geometry, r0, rows): 2-D column matrix of output rows [r0, r0+rows)."},
+    {"threads", py_threads, METH_NOARGS,
+     "threads() -> (pool size, threads a kernel splits over now)."},
+    {"set_threads", py_set_threads, METH_VARARGS,
+     "set_threads(n): the pool's size (the caller's thread included)."},
+    {"blas_hooks", py_blas_hooks, METH_VARARGS,
+     "blas_hooks(get_num_threads_address) -> address of the OpenBLAS threads callback; "
+     "kernels then split over OpenBLAS's current thread count (0: none)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -36,6 +43,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
+    threads_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;

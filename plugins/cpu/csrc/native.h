@@ -16,10 +16,8 @@
  * Built with function multiversioning on x86-64 Linux (AVX-512 / AVX2 / baseline picked
  * at load time), so a wheel built here runs on any x86-64 machine.
  *
- * Everything runs on the calling thread. Splitting these loops over threads was measured
- * and lost: after each GEMM, OpenBLAS's worker threads keep spinning for a while, and a
- * thread of ours then shares a core with one of them (ResNet-50's conv epilogues went
- * from 2 to 16 ms per run on 2 cores).
+ * Kernels split their work over the thread pool of threads.c, which OpenBLAS's GEMMs run
+ * on as well (see there why they must share one).
  */
 #ifndef ONYXRT_NATIVE_H
 #define ONYXRT_NATIVE_H
@@ -71,6 +69,26 @@ int check_positive(const char *what, idx value, idx minimum);
 void valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi);
 int parse_geometry(PyObject *tuple, Geometry *g);
 
+/* threads.c: one piece of a parallel call, and what OpenBLAS hands its caller's threads. */
+typedef void (*PartFn)(void *ctx, idx part, idx parts);
+typedef void (*OpenblasJobFn)(int thread_num, void *jobdata, int dojob_data);
+void threads_init(void);
+/* fn(ctx, p, parts) for every p in [0, parts), at once on the pool when it is free. */
+void parallel_run(PartFn fn, void *ctx, idx parts);
+/* How many pieces to split `items` into: at most the pool's threads, at least
+ * `min_items` each (so small work stays on the caller). */
+idx parallel_parts(idx items, idx min_items);
+/* Piece `part` of `parts` of [0, items): [begin, end). */
+void parallel_range(idx part, idx parts, idx items, idx *begin, idx *end);
+/* fn(ctx, begin, end) over consecutive ranges covering [0, items), split as
+ * parallel_parts(items, min_items) says. */
+typedef void (*RangeFn)(void *ctx, idx begin, idx end);
+void parallel_for(RangeFn fn, void *ctx, idx items, idx min_items);
+/* Below this many floats of work, a piece costs more to hand to a worker than to do. */
+#define MIN_PARALLEL_FLOATS 16384
+void blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,
+                   int dojob_data);
+
 /* epilogue.c */
 void onyxrt_epilogue(float *y, idx r_begin, idx r_end, idx channels, idx length,
                      const float *bias, const float *z, int act, float p0, float p1);
@@ -116,6 +134,9 @@ PyObject *py_winograd_input(PyObject *self, PyObject *args);
 PyObject *py_winograd_output(PyObject *self, PyObject *args);
 PyObject *py_softmax(PyObject *self, PyObject *args);
 PyObject *py_layernorm(PyObject *self, PyObject *args);
+PyObject *py_threads(PyObject *self, PyObject *args);
+PyObject *py_set_threads(PyObject *self, PyObject *args);
+PyObject *py_blas_hooks(PyObject *self, PyObject *args);
 
 /* Row helpers shared by activation.c and normalization.c. */
 

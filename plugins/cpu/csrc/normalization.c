@@ -46,6 +46,24 @@ onyxrt_layernorm(const float *x, float *y, idx rows, idx n, const float *scale,
     }
 }
 
+typedef struct {
+    const float *x;
+    float *y;
+    idx n;
+    const float *scale, *bias;
+    float epsilon;
+    float *mean, *inv_std;
+} LayerNorm;
+
+static void
+layernorm_rows(void *ctx, idx begin, idx end)
+{
+    const LayerNorm *c = (const LayerNorm *)ctx;
+    onyxrt_layernorm(c->x + begin * c->n, c->y + begin * c->n, end - begin, c->n, c->scale,
+                     c->bias, c->epsilon, c->mean ? c->mean + begin : NULL,
+                     c->inv_std ? c->inv_std + begin : NULL);
+}
+
 PyObject *
 py_layernorm(PyObject *self, PyObject *args)
 {
@@ -91,8 +109,9 @@ py_layernorm(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    onyxrt_layernorm((const float *)x.buf, (float *)y.buf, rows, n, (const float *)sc.buf,
-                     (const float *)b.buf, epsilon, (float *)mean.buf, (float *)inv.buf);
+    LayerNorm call = {(const float *)x.buf, (float *)y.buf, n, (const float *)sc.buf,
+                      (const float *)b.buf, epsilon, (float *)mean.buf, (float *)inv.buf};
+    parallel_for(layernorm_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
     Py_END_ALLOW_THREADS
     release(&x);
     release(&y);

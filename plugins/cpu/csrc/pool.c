@@ -20,23 +20,42 @@ onyxrt_max_taps(const float *buf, const idx *offsets, idx taps, float *out, idx 
     }
 }
 
-/* Returns -1 when the work buffers cannot be allocated. */
-static int
-onyxrt_maxpool(const float *x, float *y, const Geometry *g)
+typedef struct {
+    const float *x;
+    float *y;
+    const Geometry *g;
+    int failed; /* a piece could not allocate its work buffers */
+} MaxPool;
+
+/* Planes [begin, end). */
+static void
+maxpool_planes(void *ctx, idx begin, idx end)
 {
+    MaxPool *m = (MaxPool *)ctx;
+    const Geometry *g = m->g;
     PhaseWork work;
     if (phase_work_open(&work, g) < 0) {
-        return -1;
+        __atomic_store_n(&m->failed, 1, __ATOMIC_RELAXED);
+        return;
     }
-    for (idx plane = 0; plane < g->n * g->c; plane++) {
-        fill_phases(x + plane * g->h * g->w, g, &work.p, work.buf, -INFINITY);
-        float *yo = y + plane * g->oh * g->ow;
+    for (idx plane = begin; plane < end; plane++) {
+        fill_phases(m->x + plane * g->h * g->w, g, &work.p, work.buf, -INFINITY);
+        float *yo = m->y + plane * g->oh * g->ow;
         float *target = phase_work_target(&work, yo, g);
         onyxrt_max_taps(work.buf, work.offsets, g->kh * g->kw, target, work.p.span);
         phase_work_store(&work, target, yo, g);
     }
     phase_work_close(&work);
-    return 0;
+}
+
+/* Returns -1 when the work buffers cannot be allocated. */
+static int
+onyxrt_maxpool(const float *x, float *y, const Geometry *g)
+{
+    MaxPool m = {x, y, g, 0};
+    const idx plane_work = g->oh * g->ow * g->kh * g->kw;
+    parallel_for(maxpool_planes, &m, g->n * g->c, 1 + MIN_PARALLEL_FLOATS / (plane_work + 1));
+    return m.failed ? -1 : 0;
 }
 
 PyObject *

@@ -80,7 +80,8 @@ interleave_row(const float *restrict left, const float *restrict right, float *r
  * are the contiguous runs E[tx], O[tx], E[tx + 1], O[tx + 1] and everything vectorizes
  * over tx. */
 MULTIVERSION void
-onyxrt_winograd_input(const float *x, float *v, const Geometry *g, idx th, idx tw, float *buf)
+onyxrt_winograd_input(const float *x, float *v, const Geometry *g, idx th, idx tw, float *buf,
+                      idx plane_begin, idx plane_end)
 {
     const idx tiles = g->n * th * tw;
     Geometry split = *g;
@@ -93,24 +94,24 @@ onyxrt_winograd_input(const float *x, float *v, const Geometry *g, idx th, idx t
     p.phases = 2;
     p.span = 0;
     float *h = buf + 2 * p.plane; /* 4 rows x 4 columns x tw */
-    for (idx n = 0; n < g->n; n++) {
-        for (idx c = 0; c < g->c; c++) {
-            fill_phases(x + (n * g->c + c) * g->h * g->w, &split, &p, buf, 0.0f);
-            const float *even = buf, *odd = buf + p.plane;
-            for (idx ty = 0; ty < th; ty++) {
-                for (int r = 0; r < 4; r++) {
-                    const float *e = even + (2 * ty + r) * p.wq;
-                    const float *o = odd + (2 * ty + r) * p.wq;
-                    float *hr = h + r * 4 * tw;
-                    wg_rows(e, o, hr, hr + tw, hr + 2 * tw, hr + 3 * tw, tw);
-                }
-                const idx base = (n * th + ty) * tw;
-                for (int b = 0; b < 4; b++) {
-                    float *vb = v + (b * g->c + c) * tiles + base;
-                    const idx step = 4 * g->c * tiles; /* from V[a][b] to V[a + 1][b] */
-                    wg_columns(h + b * tw, h + (4 + b) * tw, h + (8 + b) * tw, h + (12 + b) * tw,
-                               vb, vb + step, vb + 2 * step, vb + 3 * step, tw);
-                }
+    /* input planes (n, c) in [plane_begin, plane_end) */
+    for (idx plane = plane_begin; plane < plane_end; plane++) {
+        const idx n = plane / g->c, c = plane % g->c;
+        fill_phases(x + plane * g->h * g->w, &split, &p, buf, 0.0f);
+        const float *even = buf, *odd = buf + p.plane;
+        for (idx ty = 0; ty < th; ty++) {
+            for (int r = 0; r < 4; r++) {
+                const float *e = even + (2 * ty + r) * p.wq;
+                const float *o = odd + (2 * ty + r) * p.wq;
+                float *hr = h + r * 4 * tw;
+                wg_rows(e, o, hr, hr + tw, hr + 2 * tw, hr + 3 * tw, tw);
+            }
+            const idx base = (n * th + ty) * tw;
+            for (int b = 0; b < 4; b++) {
+                float *vb = v + (b * g->c + c) * tiles + base;
+                const idx step = 4 * g->c * tiles; /* from V[a][b] to V[a + 1][b] */
+                wg_columns(h + b * tw, h + (4 + b) * tw, h + (8 + b) * tw, h + (12 + b) * tw,
+                           vb, vb + step, vb + 2 * step, vb + 3 * step, tw);
             }
         }
     }
@@ -121,49 +122,88 @@ onyxrt_winograd_input(const float *x, float *v, const Geometry *g, idx th, idx t
 MULTIVERSION void
 onyxrt_winograd_output(const float *mt, float *y, const Geometry *g, idx m_out, idx th, idx tw,
                        const float *bias, const float *z, int act, float p0, float p1,
-                       float *buf)
+                       float *buf, idx plane_begin, idx plane_end)
 {
     const idx tiles = g->n * th * tw;
     const idx plane = m_out * tiles;
     float *s = buf;            /* 2 rows x 4 columns x tw */
     float *out = buf + 8 * tw; /* 2 x 2 x tw */
-    for (idx n = 0; n < g->n; n++) {
-        for (idx m = 0; m < m_out; m++) {
-            const float b = bias ? bias[m] : 0.0f;
-            float *ym = y + (n * m_out + m) * g->oh * g->ow;
-            const float *zm = z ? z + (n * m_out + m) * g->oh * g->ow : NULL;
-            for (idx ty = 0; ty < th; ty++) {
-                const float *src = mt + m * tiles + (n * th + ty) * tw;
-                for (int col = 0; col < 4; col++) {
-                    const float *a = src + col * plane; /* products[a * 4 + col], a = 0 */
-                    wg_out_rows(a, a + 4 * plane, a + 8 * plane, a + 12 * plane, s + col * tw,
-                                s + (4 + col) * tw, tw);
+    /* output planes (n, m) in [plane_begin, plane_end) */
+    for (idx nm = plane_begin; nm < plane_end; nm++) {
+        const idx n = nm / m_out, m = nm % m_out;
+        const float b = bias ? bias[m] : 0.0f;
+        float *ym = y + (n * m_out + m) * g->oh * g->ow;
+        const float *zm = z ? z + (n * m_out + m) * g->oh * g->ow : NULL;
+        for (idx ty = 0; ty < th; ty++) {
+            const float *src = mt + m * tiles + (n * th + ty) * tw;
+            for (int col = 0; col < 4; col++) {
+                const float *a = src + col * plane; /* products[a * 4 + col], a = 0 */
+                wg_out_rows(a, a + 4 * plane, a + 8 * plane, a + 12 * plane, s + col * tw,
+                            s + (4 + col) * tw, tw);
+            }
+            for (int i = 0; i < 2; i++) {
+                const float *si = s + 4 * i * tw;
+                wg_out_columns(si, si + tw, si + 2 * tw, si + 3 * tw, out + 2 * i * tw,
+                               out + (2 * i + 1) * tw, b, tw);
+            }
+            for (int i = 0; i < 2; i++) {
+                const idx oy = 2 * ty + i;
+                if (oy >= g->oh) {
+                    break;
                 }
-                for (int i = 0; i < 2; i++) {
-                    const float *si = s + 4 * i * tw;
-                    wg_out_columns(si, si + tw, si + 2 * tw, si + 3 * tw, out + 2 * i * tw,
-                                   out + (2 * i + 1) * tw, b, tw);
+                float *yr = ym + oy * g->ow;
+                const float *left = out + (2 * i) * tw, *right = out + (2 * i + 1) * tw;
+                const idx pairs = g->ow / 2;
+                interleave_row(left, right, yr, pairs);
+                if (g->ow % 2) {
+                    yr[g->ow - 1] = left[pairs];
                 }
-                for (int i = 0; i < 2; i++) {
-                    const idx oy = 2 * ty + i;
-                    if (oy >= g->oh) {
-                        break;
-                    }
-                    float *yr = ym + oy * g->ow;
-                    const float *left = out + (2 * i) * tw, *right = out + (2 * i + 1) * tw;
-                    const idx pairs = g->ow / 2;
-                    interleave_row(left, right, yr, pairs);
-                    if (g->ow % 2) {
-                        yr[g->ow - 1] = left[pairs];
-                    }
-                    if (zm || act != ACT_NONE) {
-                        onyxrt_epilogue(yr, 0, 1, 1, g->ow, NULL, zm ? zm + oy * g->ow : NULL, act,
-                                        p0, p1);
-                    }
+                if (zm || act != ACT_NONE) {
+                    onyxrt_epilogue(yr, 0, 1, 1, g->ow, NULL, zm ? zm + oy * g->ow : NULL, act,
+                                    p0, p1);
                 }
             }
         }
     }
+}
+
+/* One transform call split over planes; each piece allocates its own row buffer. */
+typedef struct {
+    const float *src;
+    float *dst;
+    const Geometry *g;
+    idx th, tw, m_out;
+    const float *bias, *z;
+    int act;
+    float p0, p1;
+    int failed;
+} Transform;
+
+static void
+input_planes(void *ctx, idx begin, idx end)
+{
+    Transform *t = (Transform *)ctx;
+    float *buf = (float *)malloc(sizeof(float) * (size_t)(2 * (2 * t->th + 2) * (t->tw + 1) + 16 * t->tw + 16));
+    if (buf == NULL) {
+        __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    onyxrt_winograd_input(t->src, t->dst, t->g, t->th, t->tw, buf, begin, end);
+    free(buf);
+}
+
+static void
+output_planes(void *ctx, idx begin, idx end)
+{
+    Transform *t = (Transform *)ctx;
+    float *buf = (float *)malloc(sizeof(float) * (size_t)(12 * t->tw + 16));
+    if (buf == NULL) {
+        __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    onyxrt_winograd_output(t->src, t->dst, t->g, t->m_out, t->th, t->tw, t->bias, t->z, t->act,
+                           t->p0, t->p1, buf, begin, end);
+    free(buf);
 }
 
 PyObject *
@@ -190,20 +230,17 @@ py_winograd_input(PyObject *self, PyObject *args)
         release(&x);
         return NULL;
     }
-    float *buf = (float *)malloc(sizeof(float) * (size_t)(2 * (2 * th + 2) * (tw + 1) + 16 * tw + 16));
-    if (buf == NULL) {
-        release(&x);
-        release(&v);
-        return PyErr_NoMemory();
-    }
+    Transform t = {(const float *)x.buf, (float *)v.buf, &g, th, tw, 0, NULL, NULL, ACT_NONE, 0, 0, 0};
     if (th > 0 && tw > 0) {
         Py_BEGIN_ALLOW_THREADS
-        onyxrt_winograd_input((const float *)x.buf, (float *)v.buf, &g, th, tw, buf);
+        parallel_for(input_planes, &t, g.n * g.c, 1 + MIN_PARALLEL_FLOATS / (16 * th * tw));
         Py_END_ALLOW_THREADS
     }
-    free(buf);
     release(&x);
     release(&v);
+    if (t.failed) {
+        return PyErr_NoMemory();
+    }
     Py_RETURN_NONE;
 }
 
@@ -245,22 +282,19 @@ py_winograd_output(PyObject *self, PyObject *args)
         release(&b);
         return NULL;
     }
-    float *buf = (float *)malloc(sizeof(float) * (size_t)(12 * tw + 16));
-    if (buf == NULL) {
-        release(&mt);
-        release(&y);
-        release(&b);
-        release(&z);
-        return PyErr_NoMemory();
+    Transform t = {(const float *)mt.buf, (float *)y.buf, &g, th, tw, m_out, (const float *)b.buf,
+                   (const float *)z.buf, act, p0, p1, 0};
+    if (th > 0 && tw > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        parallel_for(output_planes, &t, g.n * m_out, 1 + MIN_PARALLEL_FLOATS / (16 * th * tw));
+        Py_END_ALLOW_THREADS
     }
-    Py_BEGIN_ALLOW_THREADS
-    onyxrt_winograd_output((const float *)mt.buf, (float *)y.buf, &g, m_out, th, tw,
-                           (const float *)b.buf, (const float *)z.buf, act, p0, p1, buf);
-    Py_END_ALLOW_THREADS
-    free(buf);
     release(&mt);
     release(&y);
     release(&b);
     release(&z);
+    if (t.failed) {
+        return PyErr_NoMemory();
+    }
     Py_RETURN_NONE;
 }

@@ -42,6 +42,8 @@ __all__ = [
     "winograd_output",
     "softmax_last_axis",
     "layernorm_last_axis",
+    "share_with_blas",
+    "threads",
 ]
 
 _native: Any
@@ -263,3 +265,20 @@ def layernorm_last_axis(
     inv_std = np.empty(stats, dtype=_F32)
     _native.layernorm(x, y, n, scale, bias, epsilon, mean, inv_std)
     return y, mean, inv_std
+
+
+def share_with_blas(get_num_threads_address: int) -> int:
+    """Let the compiled kernels split their work over the thread pool, following the
+    thread count that OpenBLAS's ``openblas_get_num_threads`` (at that address) reports;
+    return the address of the callback to give ``openblas_set_threads_callback_function``
+    (see :mod:`onyxrt_cpu.blas_threads`)."""
+    return int(_native.blas_hooks(get_num_threads_address))
+
+
+def threads() -> tuple[int, int]:
+    """(the pool's size, how many threads a kernel splits over now); (1, 1) without the
+    extension."""
+    if _native is None:
+        return (1, 1)
+    pool_size, split = _native.threads()
+    return int(pool_size), int(split)

@@ -12,6 +12,8 @@ from onyxrt.options import OptionSchema
 from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
 from . import __version__, native
+from .blas_threads import ENV_VAR as POOL_ENV_VAR
+from .blas_threads import pool_state, share_pool
 from .kernels import registry
 from .malloc_tuning import ENV_VAR as MALLOC_ENV_VAR
 from .malloc_tuning import tune_malloc
@@ -43,11 +45,13 @@ class CPUExecutionProvider(KernelRegistryProvider):
             "malloc": f"large buffers reused from the heap unless {MALLOC_ENV_VAR}=0 "
                       "(see onyxrt_cpu/malloc_tuning.py)",
             "kernels": native.status(),
+            "threads": f"{pool_state()} (see onyxrt_cpu/blas_threads.py; {POOL_ENV_VAR}=0 opts out)",
         })
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         tune_malloc()  # once per process: see malloc_tuning for why
+        share_pool()  # once per process: see blas_threads for why
 
     def devices(self) -> Sequence[Device]:
         """The host CPU."""

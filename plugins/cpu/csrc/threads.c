@@ -1,0 +1,446 @@
+/* The CPU provider's thread pool: its compiled kernels and OpenBLAS share it.
+ *
+ * Why one pool: numpy's OpenBLAS keeps its worker threads spinning for a while after
+ * every GEMM (about 2^28 cycles by default), so a second pool of ours would share a core
+ * with a spinning OpenBLAS thread and lose (measured: ResNet-50's conv epilogues went
+ * from 2 to 16 ms per run on 2 cores). OpenBLAS 0.3.27+ lets its caller supply the
+ * threads it runs a parallel call on (openblas_set_threads_callback_function);
+ * onyxrt_cpu.blas_threads hands it blas_callback below, so GEMMs and the kernels here run
+ * on the same workers, which spin briefly (SPIN_NS) and then sleep.
+ *
+ * The pool runs one "parallel call" at a time: `parts` pieces of work at once, piece 0 on
+ * the calling thread and piece i on worker i - 1. OpenBLAS's level-3 jobs wait for each
+ * other, so every piece must have its own thread: a call never runs more pieces than
+ * the pool has threads. A second caller while the pool is in use (another Python thread
+ * running a session, or calling numpy) runs a kernel's pieces one after another itself,
+ * and an OpenBLAS call on temporary threads. A forked child starts with no workers and
+ * makes new ones on first use. Without POSIX threads every call runs on the caller. */
+
+#include "native.h"
+
+#if defined(__unix__) || defined(__APPLE__)
+#define ONYXRT_HAVE_PTHREADS 1
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+#endif
+
+/* How long an idle worker keeps polling for the next call before it sleeps: longer than
+ * the gap between two kernels of a session run (tens of microseconds of Python), short
+ * enough that an idle session costs nothing measurable. */
+#define SPIN_NS 200000L
+/* Most workers the pool will start (OpenBLAS's own limit is 256 threads). */
+#define MAX_WORKERS 255
+
+/* How many threads the kernels split over: OpenBLAS's current thread count when the
+ * pool serves it (so intra_op_num_threads, set through threadpoolctl, governs both),
+ * else the configured size. */
+typedef int (*ThreadCountFn)(void);
+static ThreadCountFn blas_thread_count = NULL;
+static idx configured_threads = 1;
+/* Kernels split their work only once OpenBLAS runs on this pool (blas_hooks): next to
+ * OpenBLAS's own spinning threads they must stay on the caller. */
+static int kernels_split = 0;
+
+#ifdef ONYXRT_HAVE_PTHREADS
+
+/* What worker i - 1 runs: piece `part` of fn's call, written by the caller for that
+ * worker only (so a worker that takes no part in a call never reads it), announced by
+ * bumping `ticket`. One cache line each. */
+typedef struct {
+    unsigned long ticket;
+    PartFn fn;
+    void *ctx;
+    idx parts;
+    unsigned long first_ticket; /* the ticket when the worker was started */
+} __attribute__((aligned(64))) Slot;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int workers;          /* threads started */
+    int sleepers;         /* workers blocked on `wake` */
+    int busy;             /* a parallel call holds the pool */
+    int pending;          /* worker pieces of the current call not finished */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0};
+
+static Slot slots[MAX_WORKERS + 1];
+
+/* Set on the pool's own threads: a kernel they run never waits for the pool. */
+static __thread int on_worker = 0;
+
+static long
+now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Waits for a ticket after `seen` in `slot`: polls for SPIN_NS, then sleeps on `wake`. */
+static unsigned long
+await_call(Slot *slot, unsigned long seen)
+{
+    const long deadline = now_ns() + SPIN_NS;
+    for (int i = 0;; i++) {
+        unsigned long g = __atomic_load_n(&slot->ticket, __ATOMIC_ACQUIRE);
+        if (g != seen) {
+            return g;
+        }
+        if ((i & 255) == 255 && now_ns() > deadline) {
+            break;
+        }
+        cpu_relax();
+    }
+    pthread_mutex_lock(&pool.lock);
+    /* sleepers, then the ticket, both sequentially consistent: a caller that bumps the
+     * ticket and then reads sleepers == 0 is seen here before this thread waits. */
+    __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+    unsigned long g;
+    while ((g = __atomic_load_n(&slot->ticket, __ATOMIC_SEQ_CST)) == seen) {
+        pthread_cond_wait(&pool.wake, &pool.lock);
+    }
+    __atomic_sub_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&pool.lock);
+    return g;
+}
+
+static void *
+worker_main(void *arg)
+{
+    const idx part = (idx)(intptr_t)arg;
+    Slot *slot = &slots[part];
+    on_worker = 1;
+    unsigned long seen = slot->first_ticket;
+    for (;;) {
+        seen = await_call(slot, seen);
+        slot->fn(slot->ctx, part, slot->parts);
+        __atomic_sub_fetch(&pool.pending, 1, __ATOMIC_ACQ_REL);
+    }
+    return NULL;
+}
+
+/* Starts workers until there are `want`; returns how many there are. */
+static int
+grow(int want)
+{
+    if (want > MAX_WORKERS) {
+        want = MAX_WORKERS;
+    }
+    while (pool.workers < want) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        slots[pool.workers + 1].first_ticket = slots[pool.workers + 1].ticket;
+        int rc = pthread_create(&t, &attr, worker_main, (void *)(intptr_t)(pool.workers + 1));
+        pthread_attr_destroy(&attr);
+        if (rc != 0) {
+            break;
+        }
+        pool.workers++;
+    }
+    return pool.workers;
+}
+
+/* Takes the pool for one parallel call of `parts` pieces: 1 when held (release with
+ * pool_release), 0 when another call holds it or it cannot have that many threads. */
+static int
+pool_acquire(idx parts)
+{
+    if (on_worker) {
+        return 0;
+    }
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&pool.busy, &expected, 1, 0, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED)) {
+        return 0;
+    }
+    if (grow((int)(parts - 1)) < parts - 1) {
+        __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
+        return 0;
+    }
+    return 1;
+}
+
+static void
+pool_release(void)
+{
+    __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
+}
+
+/* Runs fn's pieces on the held pool: 1..parts-1 on workers, 0 here; returns when all
+ * have finished. */
+static void
+pool_dispatch(PartFn fn, void *ctx, idx parts)
+{
+    __atomic_store_n(&pool.pending, (int)(parts - 1), __ATOMIC_RELAXED);
+    for (idx p = 1; p < parts; p++) {
+        slots[p].fn = fn;
+        slots[p].ctx = ctx;
+        slots[p].parts = parts;
+        __atomic_add_fetch(&slots[p].ticket, 1, __ATOMIC_SEQ_CST);
+    }
+    if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    fn(ctx, 0, parts);
+    while (__atomic_load_n(&pool.pending, __ATOMIC_ACQUIRE) > 0) {
+        cpu_relax();
+    }
+}
+
+/* In a forked child only the forking thread exists: forget the workers (new ones are
+ * started on first use) and any call the parent had in flight. */
+static void
+after_fork_in_child(void)
+{
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.workers = 0;
+    pool.sleepers = 0;
+    pool.busy = 0;
+    pool.pending = 0;
+    on_worker = 0;
+}
+
+void
+threads_init(void)
+{
+    cpu_set_t set;
+    long n = 1;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        n = CPU_COUNT(&set);
+    } else {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    }
+    configured_threads = n < 1 ? 1 : (n > MAX_WORKERS + 1 ? MAX_WORKERS + 1 : n);
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+}
+
+/* One OpenBLAS job on a temporary thread (the pool is in use). */
+typedef struct {
+    OpenblasJobFn dojob;
+    int number;
+    void *data;
+    int dojob_data;
+} TemporaryJob;
+
+static void *
+temporary_main(void *arg)
+{
+    TemporaryJob *job = (TemporaryJob *)arg;
+    job->dojob(job->number, job->data, job->dojob_data);
+    return NULL;
+}
+
+/* OpenBLAS's jobs when the pool is taken: one temporary thread each but the first. */
+static void
+blas_on_temporary_threads(OpenblasJobFn dojob, int numjobs, size_t elsize, char *jobdata,
+                          int dojob_data)
+{
+    TemporaryJob *jobs = (TemporaryJob *)calloc((size_t)numjobs, sizeof(TemporaryJob));
+    pthread_t *threads = (pthread_t *)calloc((size_t)numjobs, sizeof(pthread_t));
+    int started = 1;
+    if (jobs != NULL && threads != NULL) {
+        for (; started < numjobs; started++) {
+            jobs[started] = (TemporaryJob){dojob, started, jobdata + (size_t)started * elsize,
+                                           dojob_data};
+            if (pthread_create(&threads[started], NULL, temporary_main, &jobs[started]) != 0) {
+                break;
+            }
+        }
+    }
+    dojob(0, jobdata, dojob_data);
+    /* Jobs that got no thread (out of memory or threads): run here, after the others.
+     * Level-3 jobs wait for each other, so this can only happen when the system is
+     * already failing; there is no better order to try. */
+    for (int i = started; i < numjobs; i++) {
+        dojob(i, jobdata + (size_t)i * elsize, dojob_data);
+    }
+    for (int i = 1; i < started; i++) {
+        pthread_join(threads[i], NULL);
+    }
+    free(jobs);
+    free(threads);
+}
+
+typedef struct {
+    OpenblasJobFn dojob;
+    size_t elsize;
+    char *jobdata;
+    int dojob_data;
+} BlasCall;
+
+static void
+blas_part(void *ctx, idx part, idx parts)
+{
+    (void)parts;
+    BlasCall *call = (BlasCall *)ctx;
+    call->dojob((int)part, call->jobdata + (size_t)part * call->elsize, call->dojob_data);
+}
+
+void
+blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,
+              int dojob_data)
+{
+    (void)sync; /* every call here returns when its jobs are done */
+    if (numjobs <= 0) {
+        return;
+    }
+    if (numjobs == 1) {
+        dojob(0, jobdata, dojob_data);
+        return;
+    }
+    if (!pool_acquire(numjobs)) {
+        blas_on_temporary_threads(dojob, numjobs, elsize, (char *)jobdata, dojob_data);
+        return;
+    }
+    BlasCall call = {dojob, elsize, (char *)jobdata, dojob_data};
+    pool_dispatch(blas_part, &call, numjobs);
+    pool_release();
+}
+
+void
+parallel_run(PartFn fn, void *ctx, idx parts)
+{
+    if (parts > 1 && pool_acquire(parts)) {
+        pool_dispatch(fn, ctx, parts);
+        pool_release();
+        return;
+    }
+    for (idx p = 0; p < parts; p++) {
+        fn(ctx, p, parts);
+    }
+}
+
+#else /* no POSIX threads: everything on the caller */
+
+void
+threads_init(void)
+{
+}
+
+void
+blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,
+              int dojob_data)
+{
+    (void)sync;
+    /* Never installed without threads (onyxrt_cpu.blas_threads checks threads()). */
+    for (int i = 0; i < numjobs; i++) {
+        dojob(i, (char *)jobdata + (size_t)i * elsize, dojob_data);
+    }
+}
+
+void
+parallel_run(PartFn fn, void *ctx, idx parts)
+{
+    for (idx p = 0; p < parts; p++) {
+        fn(ctx, p, parts);
+    }
+}
+
+#endif
+
+idx
+parallel_parts(idx items, idx min_items)
+{
+    if (!kernels_split) {
+        return 1;
+    }
+    idx threads = configured_threads;
+    if (blas_thread_count != NULL) {
+        const int t = blas_thread_count();
+        threads = t < 1 ? 1 : (t < threads ? t : threads);
+    }
+    idx parts = min_items > 0 ? items / min_items : items;
+    if (parts > threads) {
+        parts = threads;
+    }
+    return parts < 1 ? 1 : parts;
+}
+
+void
+parallel_range(idx part, idx parts, idx items, idx *begin, idx *end)
+{
+    *begin = items * part / parts;
+    *end = items * (part + 1) / parts;
+}
+
+typedef struct {
+    RangeFn fn;
+    void *ctx;
+    idx items;
+} RangeCall;
+
+static void
+range_part(void *ctx, idx part, idx parts)
+{
+    const RangeCall *call = (const RangeCall *)ctx;
+    idx begin, end;
+    parallel_range(part, parts, call->items, &begin, &end);
+    if (begin < end) {
+        call->fn(call->ctx, begin, end);
+    }
+}
+
+void
+parallel_for(RangeFn fn, void *ctx, idx items, idx min_items)
+{
+    RangeCall call = {fn, ctx, items};
+    parallel_run(range_part, &call, parallel_parts(items, min_items));
+}
+
+PyObject *
+py_threads(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+#ifdef ONYXRT_HAVE_PTHREADS
+    return Py_BuildValue("(nn)", configured_threads, parallel_parts((idx)1 << 30, 1));
+#else
+    return Py_BuildValue("(nn)", (idx)1, (idx)1);
+#endif
+}
+
+PyObject *
+py_set_threads(PyObject *self, PyObject *args)
+{
+    (void)self;
+    idx n;
+    if (!PyArg_ParseTuple(args, "n", &n)) {
+        return NULL;
+    }
+    if (check_positive("threads", n, 1) < 0) {
+        return NULL;
+    }
+#ifdef ONYXRT_HAVE_PTHREADS
+    configured_threads = n > MAX_WORKERS + 1 ? MAX_WORKERS + 1 : n;
+#endif
+    Py_RETURN_NONE;
+}
+
+PyObject *
+py_blas_hooks(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long count_fn;
+    if (!PyArg_ParseTuple(args, "K", &count_fn)) {
+        return NULL;
+    }
+    /* The address of OpenBLAS's openblas_get_num_threads (0: none): kernels follow it. */
+    blas_thread_count = (ThreadCountFn)(uintptr_t)count_fn;
+    kernels_split = 1;
+    return PyLong_FromVoidPtr((void *)&blas_callback);
+}

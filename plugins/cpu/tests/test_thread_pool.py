@@ -1,0 +1,238 @@
+"""The shared thread pool (csrc/threads.c, onyxrt_cpu.blas_threads): OpenBLAS's GEMMs and
+the compiled kernels on one set of workers.
+
+Split work must give the same bits as unsplit work (every piece does the same arithmetic
+on its own outputs), OpenBLAS must compute the same products on our threads as on its
+own, and the pool must survive what users do around it: several Python threads at once,
+a fork, more BLAS threads than cores, ``intra_op_num_threads``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+import onyxrt
+from onyxrt_cpu import blas_threads, native
+
+pytestmark = pytest.mark.skipif(
+    not native.ENABLED, reason="needs the compiled kernels (ONYXRT_CPU_PURE=1 or ONYXRT_CPU_NATIVE=0)"
+)
+
+
+def _openblas_with_callback() -> bool:
+    """Whether numpy links a pthreads OpenBLAS new enough to take the callback (0.3.27)."""
+    for info in threadpool_info():
+        if info.get("internal_api") == "openblas" and info.get("threading_layer") == "pthreads":
+            version = tuple(int(p) for p in info["version"].split(".")[:3])
+            return version >= (0, 3, 27)
+    return False
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """The pool installed (as the CPU provider does when first created)."""
+    state = blas_threads.share_pool()
+    if not _openblas_with_callback():
+        pytest.skip(f"no pthreads OpenBLAS >= 0.3.27 in this numpy: {state}")
+    assert state.startswith("one pool for OpenBLAS and the compiled kernels"), state
+    return state
+
+
+def test_provider_installs_the_pool_and_reports_it(pool):
+    onyxrt.InferenceSession(_tiny_model(), providers=["CPUExecutionProvider"])
+    assert blas_threads.pool_state() == pool
+    from onyxrt_cpu.provider import CPUExecutionProvider
+
+    assert CPUExecutionProvider.probe().details["threads"].startswith(pool)
+
+
+def test_kernels_follow_the_blas_thread_count(pool):
+    size, split = native.threads()
+    assert size == len(os.sched_getaffinity(0))
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert native.threads()[1] == 1
+    assert native.threads()[1] == split
+
+
+def _tiny_model() -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+GEMM_SHAPES = [(96, 16, 12544), (576, 96, 196), (128, 768, 3072), (1, 512, 1000), (257, 129, 65)]
+
+
+@pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
+def test_gemm_on_the_pool_equals_openblas_on_its_own_threads(pool, m, k, n):
+    """The same jobs on other threads: the products are bit for bit OpenBLAS's own."""
+    rng = np.random.default_rng(m * n)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    pooled = a @ b
+    with blas_threads.openblas_own_threads():
+        own = a @ b
+    np.testing.assert_array_equal(pooled, own)
+
+
+def _kernel_calls(rng):
+    """(name, call returning a fresh output) for each compiled kernel that splits its work."""
+    x = rng.standard_normal((2, 48, 30, 30), dtype=np.float32)
+    w = rng.standard_normal((48, 1, 9), dtype=np.float32)
+    bias = rng.standard_normal(48, dtype=np.float32)
+    rows = rng.standard_normal((300, 257), dtype=np.float32) * 8
+    scale = rng.standard_normal(257, dtype=np.float32)
+
+    def depthwise():
+        y = np.empty((2, 48, 15, 15), np.float32)
+        z = np.ones_like(y)
+        assert native.depthwise2d(x, w, y, (3, 3), (2, 2), (1, 1), (1, 1),
+                                  (bias, z, native.ACT_CLIP, 0.0, 6.0))
+        return y
+
+    def maxpool():
+        y = np.empty((2, 48, 15, 15), np.float32)
+        assert native.maxpool2d(x, y, (3, 3), (2, 2), (1, 1), (1, 1))
+        return y
+
+    def epilogue():
+        y = x.copy()
+        assert native.epilogue(y, bias, x, native.ACT_RELU)
+        return y
+
+    def im2col():
+        cols = np.empty((48, 9, 2, 30, 30), np.float32)
+        assert native.im2col2d(x, cols, (3, 3), (30, 30), (1, 1), (1, 1), (1, 1), 0)
+        return cols
+
+    def softmax():
+        return native.softmax_last_axis(rows)
+
+    def layernorm():
+        return native.layernorm_last_axis(rows, scale, None, 1e-5)
+
+    def gelu():
+        return native.gelu_tanh(rows)
+
+    return [depthwise, maxpool, epilogue, im2col, softmax, layernorm, gelu]
+
+
+@pytest.mark.parametrize("index", range(7), ids=["depthwise", "maxpool", "epilogue", "im2col",
+                                                  "softmax", "layernorm", "gelu"])
+def test_split_kernels_equal_unsplit(pool, index):
+    call = _kernel_calls(np.random.default_rng(index))[index]
+    assert native.threads()[1] > 1 or os.cpu_count() == 1
+    split = call()
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert native.threads()[1] == 1
+        whole = call()
+    for got, want in zip(_arrays(split), _arrays(whole)):
+        np.testing.assert_array_equal(got, want)
+
+
+def _arrays(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+def test_winograd_transforms_split_equal_unsplit(pool):
+    from onyxrt_cpu.kernels import winograd
+    from onyxrt_cpu.kernels.conv import _pack_conv_weight
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 64, 28, 28), dtype=np.float32)
+    w = rng.standard_normal((64, 64, 3, 3), dtype=np.float32)
+    u = winograd.transform_filters(_pack_conv_weight(w, 1, np.dtype(np.float32)))
+    bias = rng.standard_normal(64, dtype=np.float32)
+
+    def run():
+        y, applied = winograd.convolve(x, u, (28, 28), (1, 1), (bias, None, native.ACT_RELU, 0, 0))
+        assert applied
+        return y
+
+    split = run()
+    with threadpool_limits(limits=1, user_api="blas"):
+        whole = run()
+    np.testing.assert_array_equal(split, whole)
+
+
+def test_many_python_threads_share_the_pool(pool):
+    """Sessions in several Python threads call GEMMs and kernels at once: the pool serves
+    one call at a time and the others run on temporary threads or their caller; every
+    result stays right and nothing hangs."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((200, 300), dtype=np.float32)
+    b = rng.standard_normal((300, 400), dtype=np.float32)
+    with threadpool_limits(limits=1, user_api="blas"):
+        want_gemm = a @ b
+    calls = _kernel_calls(rng)
+    with threadpool_limits(limits=1, user_api="blas"):
+        want = [c() for c in calls]
+
+    def worker(seed: int) -> bool:
+        order = np.random.default_rng(seed).permutation(len(calls))
+        for _ in range(20):
+            np.testing.assert_array_equal(a @ b, want_gemm)
+            for i in order:
+                for got, expected in zip(_arrays(calls[i]()), _arrays(want[i])):
+                    np.testing.assert_array_equal(got, expected)
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(4) as executor:
+        futures = [executor.submit(worker, s) for s in range(4)]
+        done, not_done = concurrent.futures.wait(futures, timeout=120)
+    assert not not_done, "a thread did not finish within 120 s: the pool deadlocked"
+    assert all(f.result() for f in done)
+
+
+def test_more_blas_threads_than_cores(pool):
+    """OPENBLAS_NUM_THREADS above the core count: each of OpenBLAS's jobs still gets a
+    thread of its own (its level-3 jobs wait for each other)."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((512, 512), dtype=np.float32)
+    b = rng.standard_normal((512, 512), dtype=np.float32)
+    with threadpool_limits(limits=1, user_api="blas"):
+        want = a @ b
+    with threadpool_limits(limits=2 * (os.cpu_count() or 1) + 1, user_api="blas"):
+        got = a @ b
+    np.testing.assert_array_equal(got, want)
+
+
+def _child_gemm(queue) -> None:
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((256, 256), dtype=np.float32)
+    y = np.empty((2, 48, 15, 15), np.float32)
+    x = rng.standard_normal((2, 48, 30, 30), dtype=np.float32)
+    native.maxpool2d(x, y, (3, 3), (2, 2), (1, 1), (1, 1))
+    queue.put((float((a @ a).sum()), float(y.sum())))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_forked_child_gets_new_workers(pool):
+    """The parent's workers do not exist in a forked child: its first parallel call starts
+    new ones instead of waiting for threads that are gone."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((256, 256), dtype=np.float32)
+    a @ a  # the parent's workers are started and polling
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child_gemm, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung on its first BLAS call")
+    assert child.exitcode == 0
+    gemm_sum, pool_sum = queue.get(timeout=5)
+    assert gemm_sum == pytest.approx(float((a @ a).sum()), rel=1e-6)
+    assert np.isfinite(pool_sum)
