@@ -33,6 +33,43 @@ get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name
     return 0;
 }
 
+/* A writable float32 matrix of `rows` x `cols` whose rows may be further apart than
+ * `cols` (a column slice of a wider array): contiguous along each row, row stride
+ * *ld floats (set here). */
+int
+get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, const char *name)
+{
+    memset(view, 0, sizeof(*view));
+    if (PyObject_GetBuffer(obj, view, PyBUF_RECORDS) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a writable float32 array", name);
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') {
+        f++;
+    }
+    if (view->itemsize != 4 || strcmp(f, "f") != 0 || view->ndim != 2) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s must be a 2-D float32 array", name);
+        return -1;
+    }
+    if (view->shape[0] != rows || view->shape[1] != cols) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s is %zd x %zd, %zd x %zd needed", name, view->shape[0],
+                     view->shape[1], rows, cols);
+        return -1;
+    }
+    if ((cols > 1 && view->strides[1] != 4) || view->strides[0] < 0 || view->strides[0] % 4 ||
+        (rows > 1 && view->strides[0] / 4 < cols)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s's rows must be contiguous and must not overlap", name);
+        return -1;
+    }
+    *ld = rows > 1 ? view->strides[0] / 4 : cols;
+    return 0;
+}
+
 /* Like get_f32, for an optional argument: None leaves view->buf NULL. */
 int
 get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name)

@@ -25,6 +25,14 @@ static PyMethodDef methods[] = {
      "maxpool(x, y, geometry): 2-D max pooling of x (N, C, H, W) into y, -inf padding."},
     {"im2col", py_im2col, METH_VARARGS,
      "im2col(x, cols, geometry, r0, rows): 2-D column matrix of output rows [r0, r0+rows)."},
+    {"gemm_pack", py_gemm_pack, METH_VARARGS,
+     "gemm_pack(src, line_stride, k_stride, lines, k, side_b, packed): pack rows of A "
+     "(side_b False) or columns of B for gemm."},
+    {"gemm", py_gemm, METH_VARARGS,
+     "gemm(a, ars, acs, a_packed, b, brs, bcs, b_packed, c, m, n, k): C = A @ B (C 2-D, "
+     "rows contiguous)."},
+    {"gemm_info", py_gemm_info, METH_NOARGS,
+     "gemm_info() -> (MR, NR, KC, whether this CPU has AVX-512)."},
     {"threads", py_threads, METH_NOARGS,
      "threads() -> (pool size, threads a kernel splits over now)."},
     {"set_threads", py_set_threads, METH_VARARGS,

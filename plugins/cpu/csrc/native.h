@@ -64,6 +64,7 @@ typedef struct {
 /* buffers.c: argument checks. */
 int get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name);
 int get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name);
+int get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, const char *name);
 void release(Py_buffer *view);
 int check_positive(const char *what, idx value, idx minimum);
 void valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi);
@@ -88,6 +89,14 @@ void parallel_for(RangeFn fn, void *ctx, idx items, idx min_items);
 #define MIN_PARALLEL_FLOATS 16384
 void blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,
                    int dojob_data);
+
+/* gemm.c: C = A @ B with either operand packed ahead (see there for the layout). */
+#define GEMM_MR 8
+#define GEMM_NR 32
+#define GEMM_KC 256
+idx gemm_packed_floats(idx lines, idx k, int side_b);
+int onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx brs, idx bcs,
+                int b_packed, float *c, idx ldc, idx m, idx n, idx k);
 
 /* epilogue.c */
 void onyxrt_epilogue(float *y, idx r_begin, idx r_end, idx channels, idx length,
@@ -135,6 +144,9 @@ PyObject *py_winograd_output(PyObject *self, PyObject *args);
 PyObject *py_softmax(PyObject *self, PyObject *args);
 PyObject *py_layernorm(PyObject *self, PyObject *args);
 PyObject *py_threads(PyObject *self, PyObject *args);
+PyObject *py_gemm_pack(PyObject *self, PyObject *args);
+PyObject *py_gemm(PyObject *self, PyObject *args);
+PyObject *py_gemm_info(PyObject *self, PyObject *args);
 PyObject *py_set_threads(PyObject *self, PyObject *args);
 PyObject *py_blas_hooks(PyObject *self, PyObject *args);
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,11 @@ __all__ = [
     "layernorm_last_axis",
     "share_with_blas",
     "threads",
+    "GEMM_PREFERRED",
+    "PackedMatrix",
+    "pack_gemm_a",
+    "pack_gemm_b",
+    "gemm",
 ]
 
 _native: Any
@@ -72,6 +78,11 @@ ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY = (
 )
 
 _F32 = np.dtype(np.float32)
+
+#: Whether models' float32 GEMMs go to the compiled GEMM (csrc/gemm.c) rather than BLAS:
+#: where its kernel is at its best, a CPU with AVX-512 (with AVX2 alone it is correct but
+#: slower than OpenBLAS). Tests flip this to run either path.
+GEMM_PREFERRED = ENABLED and bool(_native.gemm_info()[3])
 
 
 def status() -> str:
@@ -282,3 +293,77 @@ def threads() -> tuple[int, int]:
         return (1, 1)
     pool_size, split = _native.threads()
     return int(pool_size), int(split)
+
+
+@dataclass(frozen=True)
+class PackedMatrix:
+    """A GEMM operand laid out once for the compiled kernel (csrc/gemm.c): the rows of an
+    A (``side == "a"``, shape (M, K)) or the columns of a B (``"b"``, shape (K, N))."""
+
+    data: np.ndarray
+    shape: tuple[int, int]
+    side: str
+
+
+def _strided(x: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """A 2-D float32 ``x`` as (a C-contiguous array over the same floats, row stride, column
+    stride in floats): x itself or its transpose when either is contiguous, else a copy."""
+    if not x.flags.c_contiguous and x.T.flags.c_contiguous:
+        return x.T, x.strides[0] // 4, x.strides[1] // 4
+    x = np.ascontiguousarray(x)
+    return x, x.shape[1], 1
+
+
+def _pack(w: np.ndarray, side: str) -> PackedMatrix | None:
+    if not ENABLED or w.ndim != 2 or w.dtype != _F32:
+        return None
+    flat, *strides = _strided(w)
+    rows, cols = w.shape
+    # A's lines are its rows (k along columns); B's lines are its columns.
+    lines, k = (rows, cols) if side == "a" else (cols, rows)
+    line_stride, k_stride = strides if side == "a" else strides[::-1]
+    mr, nr = _native.gemm_info()[:2]
+    width = mr if side == "a" else nr
+    data = np.empty(-(-lines // width) * width * k, dtype=_F32)
+    _native.gemm_pack(flat, line_stride, k_stride, lines, k, side == "b", data)
+    return PackedMatrix(data, (rows, cols), side)
+
+
+def pack_gemm_a(a: np.ndarray) -> PackedMatrix | None:
+    """``a`` (M, K) float32 packed as the left operand of :func:`gemm`; ``None`` when it
+    does not qualify (not 2-D float32, negative strides, no extension)."""
+    return _pack(a, "a")
+
+
+def pack_gemm_b(b: np.ndarray) -> PackedMatrix | None:
+    """``b`` (K, N) float32 packed as the right operand of :func:`gemm`; ``None`` when it
+    does not qualify."""
+    return _pack(b, "b")
+
+
+def gemm(a: np.ndarray | PackedMatrix, b: np.ndarray | PackedMatrix, out: np.ndarray) -> bool:
+    """``out = a @ b`` for float32 2-D operands, either of them packed; ``out`` (M, N) may
+    have a row stride larger than N. Returns ``False`` (nothing done) when the operands do
+    not qualify."""
+    if not ENABLED or out.ndim != 2 or out.dtype != _F32:
+        return False
+    operands = []
+    for x, side in ((a, "a"), (b, "b")):
+        if isinstance(x, PackedMatrix):
+            if x.side != side:
+                return False
+            operands.append((x.data, 0, 0, True, x.shape))
+        else:
+            if x.ndim != 2 or x.dtype != _F32:
+                return False
+            flat, rs, cs = _strided(x)
+            operands.append((flat, rs, cs, False, x.shape))
+    (m, k), (k2, n) = operands[0][4], operands[1][4]
+    if k != k2 or out.shape != (m, n):
+        return False
+    if out.size == 0:
+        return True
+    if out.strides[1] != 4 or out.strides[0] % 4 or out.strides[0] < 4 * n:
+        return False
+    _native.gemm(*operands[0][:4], *operands[1][:4], out, m, n, k)
+    return True

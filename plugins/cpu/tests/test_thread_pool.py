@@ -125,11 +125,23 @@ def _kernel_calls(rng):
     def gelu():
         return native.gelu_tanh(rows)
 
-    return [depthwise, maxpool, epilogue, im2col, softmax, layernorm, gelu]
+    a = rng.standard_normal((200, 300), dtype=np.float32)
+    b = rng.standard_normal((300, 999), dtype=np.float32)
+    packed_b = native.pack_gemm_b(b)
+    tall = rng.standard_normal((3000, 20), dtype=np.float32)
+
+    def gemm():
+        y = np.empty((200, 999), np.float32)   # split by column panels
+        assert native.gemm(a, packed_b, y)
+        z = np.empty((3000, 30), np.float32)  # one column panel, 375 row panels
+        assert native.gemm(tall, b[:20, :30], z)
+        return y, z
+
+    return [depthwise, maxpool, epilogue, im2col, softmax, layernorm, gelu, gemm]
 
 
-@pytest.mark.parametrize("index", range(7), ids=["depthwise", "maxpool", "epilogue", "im2col",
-                                                  "softmax", "layernorm", "gelu"])
+@pytest.mark.parametrize("index", range(8), ids=["depthwise", "maxpool", "epilogue", "im2col",
+                                                  "softmax", "layernorm", "gelu", "gemm"])
 def test_split_kernels_equal_unsplit(pool, index):
     call = _kernel_calls(np.random.default_rng(index))[index]
     assert native.threads()[1] > 1 or os.cpu_count() == 1

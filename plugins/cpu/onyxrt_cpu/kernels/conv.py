@@ -15,6 +15,7 @@ float32; ConvInteger computes exactly in float64 (int8 products summed far below
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -97,6 +98,52 @@ def _kernel_shape(attrs: SpatialAttrs, w: np.ndarray) -> tuple[int, ...]:
     return kernel
 
 
+# Filters packed for the compiled GEMM (native.gemm), by the packed weight array they come
+# from: a Conv keeps that array for its lifetime, and the entry goes when it does.
+_gemm_filters: dict[int, tuple[weakref.ref[np.ndarray], native.PackedMatrix]] = {}
+
+# Where the compiled GEMM beats OpenBLAS on convolution shapes here, measured in the
+# models: from 512 output positions per GEMM (N = 784 and more: 10-60% faster alone;
+# N = 196: 5-30% slower, its 32-column tiles leaving more of the last one empty) and a
+# depth of 64 (K = C * taps: with MobileNetV2's K = 16-32 each tile does too little work
+# per store of its outputs, and OpenBLAS was 15-30% faster in the model).
+MIN_GEMM_POSITIONS = 512
+MIN_GEMM_DEPTH = 64
+
+
+def _packed_filters(wp: np.ndarray) -> native.PackedMatrix | None:
+    """``wp`` (1, M, K) packed as the left operand of the compiled GEMM (cached)."""
+    key = id(wp)
+    hit = _gemm_filters.get(key)
+    if hit is not None and hit[0]() is wp:
+        return hit[1]
+    packed = native.pack_gemm_a(wp[0])
+    if packed is not None:
+
+        def forget(_: object) -> None:
+            _gemm_filters.pop(key, None)
+
+        _gemm_filters[key] = (weakref.ref(wp, forget), packed)
+    return packed
+
+
+def _filters_times(wp: np.ndarray, cols: np.ndarray, out: np.ndarray) -> None:
+    """``out = wp @ cols`` for packed weights ``wp`` (g, M/g, K) and ``cols`` (g, K, N):
+    through the compiled GEMM (filters packed once) when it is preferred and wins for this
+    shape, else one BLAS matmul."""
+    if (
+        native.GEMM_PREFERRED
+        and wp.shape[0] == 1
+        and wp.dtype == np.float32
+        and cols.shape[-1] >= MIN_GEMM_POSITIONS
+        and cols.shape[-2] >= MIN_GEMM_DEPTH
+    ):
+        filters = _packed_filters(wp)
+        if filters is not None and native.gemm(filters, cols[0], out[0]):
+            return
+    np.matmul(wp, cols, out=out)
+
+
 def _pack_conv_weight(w: np.ndarray, group: int, dtype: np.dtype[Any]) -> np.ndarray:
     """(M, C/g, *K) → contiguous (g, M/g, C/g * prod(K)) in ``dtype``."""
     m = w.shape[0]
@@ -160,10 +207,8 @@ def conv_forward_finished(
         # 1x1 stride-1 conv: X itself is the column matrix, one matmul per image (a 2-D
         # matmul when group == 1, which numpy hands straight to BLAS). Stacking images
         # into one GEMM would cost two transposing copies: measured slower here.
-        w2 = wp[0] if group == 1 else wp
         for i in range(n):
-            xi = x[i].reshape(c, L) if group == 1 else x[i].reshape(group, c_per_g, L)
-            np.matmul(w2, xi, out=y[i].reshape(w2.shape[:-1] + (L,)))
+            _filters_times(wp, x[i].reshape(group, c_per_g, L), y[i].reshape(group, m_per_g, L))
             _finish_images(y, finish, i, i + 1)
         return y, finish is not None
     if c_per_g == 1 and group > 1 and ntaps > 1:
@@ -249,10 +294,10 @@ def _conv_chunk(
     if nb == 1:
         # Straight into this image's rows of the output (a BLAS-able strided view).
         dst = y[n0].reshape(group, m_per_g, -1)[:, :, r0 * rest : r1 * rest]
-        np.matmul(wp, cols, out=dst)
+        _filters_times(wp, cols, dst)
         return
     prod_ = scratch("gemm", (group, m_per_g, nb * ls), x.dtype)
-    np.matmul(wp, cols, out=prod_)
+    _filters_times(wp, cols, prod_)
     # (M, images, L) → (images, M, L): the one extra pass that stacking images costs.
     y[n0:n1].reshape(nb, group * m_per_g, ls)[...] = prod_.reshape(-1, nb, ls).transpose(1, 0, 2)
 

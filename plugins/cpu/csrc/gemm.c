@@ -1,0 +1,383 @@
+/* Single-precision GEMM, C = A @ B, with either operand packed ahead of time.
+ *
+ * Why our own: the models' GEMMs have one constant operand (a MatMul's weights, a
+ * convolution's filters), which can be laid out once for the inner kernel; OpenBLAS
+ * repacks both operands on every call, and its kernels run these shapes at 80-95
+ * GFLOP/s per core here where this one runs at about 100 (onnxruntime's MLAS does the
+ * same). The layout is the classic one of BLIS and MLAS: the kernel computes an
+ * MR x NR tile of C from a panel of A (MR rows, k-major) and a panel of B (NR columns,
+ * k-major), in blocks of KC along k, with the tile held in 16 vector registers.
+ *
+ * Packed A: for each k block (KC), for each panel of MR rows: kc x MR floats.
+ * Packed B: for each k block, for each panel of NR columns: kc x NR floats.
+ * Rows and columns past the matrix's edge are zero in a packed panel.
+ *
+ * Work is split over the thread pool in equal runs of C's tiles; each piece packs the B
+ * panels it reads itself when B was not packed ahead. Floating-point contraction is on in this file only: the kernel
+ * is built on fused multiply-adds (as OpenBLAS's and MLAS's are). */
+
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+#include "native.h"
+
+/* Eight rows by two 16-float vectors: 16 accumulators, 2 loads of B and 8 broadcasts of
+ * A per step of k. On AVX-512 that is 16 of the 32 vector registers; with AVX2 the
+ * compiler splits each vector in two and spills some (correct, slower: onyxrt_cpu.native
+ * routes GEMMs here only where AVX-512 is present). */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+/* A full MR x NR tile of C (row stride ldc) = the panels' product, + C when accumulate. */
+MULTIVERSION static void
+gemm_tile(const float *restrict pa, const float *restrict pb, idx kc, float *restrict c, idx ldc,
+          int accumulate)
+{
+    v16 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+    v16 c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0}, c60 = {0}, c61 = {0}, c70 = {0}, c71 = {0};
+    for (idx k = 0; k < kc; k++) {
+        const v16 b0 = *(const v16 *)(pb + k * GEMM_NR);
+        const v16 b1 = *(const v16 *)(pb + k * GEMM_NR + 16);
+        const float *a = pa + k * GEMM_MR;
+        c00 += a[0] * b0;
+        c01 += a[0] * b1;
+        c10 += a[1] * b0;
+        c11 += a[1] * b1;
+        c20 += a[2] * b0;
+        c21 += a[2] * b1;
+        c30 += a[3] * b0;
+        c31 += a[3] * b1;
+        c40 += a[4] * b0;
+        c41 += a[4] * b1;
+        c50 += a[5] * b0;
+        c51 += a[5] * b1;
+        c60 += a[6] * b0;
+        c61 += a[6] * b1;
+        c70 += a[7] * b0;
+        c71 += a[7] * b1;
+    }
+    v16 *row[GEMM_MR][2];
+    for (int i = 0; i < GEMM_MR; i++) {
+        row[i][0] = (v16 *)(c + i * ldc);
+        row[i][1] = (v16 *)(c + i * ldc + 16);
+    }
+    if (accumulate) {
+        c00 += *row[0][0];
+        c01 += *row[0][1];
+        c10 += *row[1][0];
+        c11 += *row[1][1];
+        c20 += *row[2][0];
+        c21 += *row[2][1];
+        c30 += *row[3][0];
+        c31 += *row[3][1];
+        c40 += *row[4][0];
+        c41 += *row[4][1];
+        c50 += *row[5][0];
+        c51 += *row[5][1];
+        c60 += *row[6][0];
+        c61 += *row[6][1];
+        c70 += *row[7][0];
+        c71 += *row[7][1];
+    }
+    *row[0][0] = c00;
+    *row[0][1] = c01;
+    *row[1][0] = c10;
+    *row[1][1] = c11;
+    *row[2][0] = c20;
+    *row[2][1] = c21;
+    *row[3][0] = c30;
+    *row[3][1] = c31;
+    *row[4][0] = c40;
+    *row[4][1] = c41;
+    *row[5][0] = c50;
+    *row[5][1] = c51;
+    *row[6][0] = c60;
+    *row[6][1] = c61;
+    *row[7][0] = c70;
+    *row[7][1] = c71;
+}
+
+/* A tile at C's edge (mm < MR rows or nn < NR columns): computed into a full scratch tile,
+ * then the mm x nn corner moved into C. */
+static void
+gemm_edge_tile(const float *pa, const float *pb, idx kc, float *c, idx ldc, idx mm, idx nn,
+               int accumulate)
+{
+    float tile[GEMM_MR * GEMM_NR];
+    gemm_tile(pa, pb, kc, tile, GEMM_NR, 0);
+    for (idx i = 0; i < mm; i++) {
+        float *cr = c + i * ldc;
+        const float *tr = tile + i * GEMM_NR;
+        if (accumulate) {
+            for (idx j = 0; j < nn; j++) {
+                cr[j] += tr[j];
+            }
+        } else {
+            for (idx j = 0; j < nn; j++) {
+                cr[j] = tr[j];
+            }
+        }
+    }
+}
+
+static inline idx
+panels(idx extent, idx width)
+{
+    return (extent + width - 1) / width;
+}
+
+/* One packed panel: `width` lines (rows of A or columns of B) starting at line `first`,
+ * k in [k0, k0 + kc), element (line, k) of the source at src[line * ls + k * ks];
+ * dst[kk * width + l], zero past `lines`. */
+static void
+pack_panel(const float *src, idx ls, idx ks, idx first, idx lines, idx k0, idx kc, idx width,
+           float *restrict dst)
+{
+    const idx valid = lines - first < width ? lines - first : width;
+    for (idx kk = 0; kk < kc; kk++) {
+        const float *s = src + first * ls + (k0 + kk) * ks;
+        float *d = dst + kk * width;
+        if (ls == 1) {
+            for (idx l = 0; l < valid; l++) {
+                d[l] = s[l];
+            }
+        } else {
+            for (idx l = 0; l < valid; l++) {
+                d[l] = s[l * ls];
+            }
+        }
+        for (idx l = valid; l < width; l++) {
+            d[l] = 0.0f;
+        }
+    }
+}
+
+idx
+gemm_packed_floats(idx lines, idx k, int side_b)
+{
+    return panels(lines, side_b ? GEMM_NR : GEMM_MR) * (side_b ? GEMM_NR : GEMM_MR) * k;
+}
+
+/* Packs all of an operand: `lines` rows of A (side_b 0) or columns of B (side_b 1). */
+static void
+pack_operand(const float *src, idx ls, idx ks, idx lines, idx k, int side_b, idx panel_begin,
+             idx panel_end, float *dst)
+{
+    const idx width = side_b ? GEMM_NR : GEMM_MR;
+    const idx count = panels(lines, width);
+    for (idx k0 = 0; k0 < k; k0 += GEMM_KC) {
+        const idx kc = k - k0 < GEMM_KC ? k - k0 : GEMM_KC;
+        for (idx p = panel_begin; p < panel_end; p++) {
+            pack_panel(src, ls, ks, p * width, lines, k0, kc, width,
+                       dst + k0 * count * width + p * kc * width);
+        }
+    }
+}
+
+typedef struct {
+    const float *src;
+    idx ls, ks, lines, k;
+    int side_b;
+    float *dst;
+} PackCall;
+
+static void
+pack_range(void *ctx, idx begin, idx end)
+{
+    const PackCall *p = (const PackCall *)ctx;
+    pack_operand(p->src, p->ls, p->ks, p->lines, p->k, p->side_b, begin, end, p->dst);
+}
+
+static void
+pack_parallel(const float *src, idx ls, idx ks, idx lines, idx k, int side_b, float *dst)
+{
+    PackCall call = {src, ls, ks, lines, k, side_b, dst};
+    const idx width = side_b ? GEMM_NR : GEMM_MR;
+    parallel_for(pack_range, &call, panels(lines, width),
+                 1 + MIN_PARALLEL_FLOATS / (width * k + 1));
+}
+
+typedef struct {
+    const float *pa;           /* packed A */
+    const float *b;            /* packed B, or B itself (element (k, j) at b[k*brs + j*bcs]) */
+    idx brs, bcs;
+    int b_packed;
+    float *c;
+    idx ldc, m, n, k;
+    int failed;
+} GemmCall;
+
+/* Tiles [begin, end) of C, numbered column panel by column panel (tile t is row panel
+ * t % mpan of column panel t / mpan), so that a piece reads few B panels and the pieces
+ * get equal shares of the tiles whatever C's shape. */
+static void
+gemm_range(void *ctx, idx begin, idx end)
+{
+    GemmCall *g = (GemmCall *)ctx;
+    const idx mpan = panels(g->m, GEMM_MR), npan = panels(g->n, GEMM_NR);
+    float *bbuf = NULL;
+    if (!g->b_packed) {
+        bbuf = (float *)malloc(sizeof(float) * GEMM_KC * GEMM_NR);
+        if (bbuf == NULL) {
+            __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    for (idx k0 = 0; k0 < g->k; k0 += GEMM_KC) {
+        const idx kc = g->k - k0 < GEMM_KC ? g->k - k0 : GEMM_KC;
+        for (idx p = begin / mpan; p <= (end - 1) / mpan; p++) {
+            const idx n0 = p * GEMM_NR, nn = g->n - n0 < GEMM_NR ? g->n - n0 : GEMM_NR;
+            const float *bp;
+            if (g->b_packed) {
+                bp = g->b + k0 * npan * GEMM_NR + p * kc * GEMM_NR;
+            } else {
+                /* column j of B is line j: line stride bcs, k stride brs */
+                pack_panel(g->b, g->bcs, g->brs, n0, g->n, k0, kc, GEMM_NR, bbuf);
+                bp = bbuf;
+            }
+            const idx q_begin = p == begin / mpan ? begin % mpan : 0;
+            const idx q_end = p == (end - 1) / mpan ? (end - 1) % mpan + 1 : mpan;
+            for (idx q = q_begin; q < q_end; q++) {
+                const idx m0 = q * GEMM_MR, mm = g->m - m0 < GEMM_MR ? g->m - m0 : GEMM_MR;
+                const float *ap = g->pa + k0 * mpan * GEMM_MR + q * kc * GEMM_MR;
+                float *ct = g->c + m0 * g->ldc + n0;
+                if (mm == GEMM_MR && nn == GEMM_NR) {
+                    gemm_tile(ap, bp, kc, ct, g->ldc, k0 > 0);
+                } else {
+                    gemm_edge_tile(ap, bp, kc, ct, g->ldc, mm, nn, k0 > 0);
+                }
+            }
+        }
+    }
+    free(bbuf);
+}
+
+/* C (m x n, row stride ldc) = A @ B. A is packed (a_packed) or element (i, k) at
+ * a[i*ars + k*acs]; B likewise with (k, j) at b[k*brs + j*bcs]. -1 when out of memory. */
+int
+onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx brs, idx bcs,
+            int b_packed, float *c, idx ldc, idx m, idx n, idx k)
+{
+    if (m == 0 || n == 0) {
+        return 0;
+    }
+    if (k == 0) {
+        for (idx i = 0; i < m; i++) {
+            fill(c + i * ldc, n, 0.0f);
+        }
+        return 0;
+    }
+    float *packed_a = NULL;
+    if (!a_packed) {
+        packed_a = (float *)malloc(sizeof(float) * (size_t)gemm_packed_floats(m, k, 0));
+        if (packed_a == NULL) {
+            return -1;
+        }
+        pack_parallel(a, ars, acs, m, k, 0, packed_a);
+    }
+    const idx tiles = panels(m, GEMM_MR) * panels(n, GEMM_NR);
+    GemmCall call = {a_packed ? a : packed_a, b, brs, bcs, b_packed, c, ldc, m, n, k, 0};
+    /* at least ~1 MFLOP per piece: a smaller piece costs more to hand over than it saves */
+    parallel_for(gemm_range, &call, tiles, 1 + (1 << 20) / (2 * GEMM_MR * GEMM_NR * k));
+    free(packed_a);
+    return call.failed ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- Python entry points */
+
+/* The floats a strided (rows x cols) matrix spans: its last element's index + 1. */
+static idx
+span(idx rows, idx cols, idx rs, idx cs)
+{
+    return rows == 0 || cols == 0 ? 0 : (rows - 1) * rs + (cols - 1) * cs + 1;
+}
+
+PyObject *
+py_gemm_pack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *so, *dso;
+    idx ls, ks, lines, k;
+    int side_b;
+    if (!PyArg_ParseTuple(args, "OnnnnpO", &so, &ls, &ks, &lines, &k, &side_b, &dso)) {
+        return NULL;
+    }
+    if (check_positive("line stride", ls, 0) < 0 || check_positive("k stride", ks, 0) < 0 ||
+        check_positive("lines", lines, 0) < 0 || check_positive("k", k, 0) < 0) {
+        return NULL;
+    }
+    Py_buffer src, dst;
+    if (get_f32(so, &src, 0, span(lines, k, ls, ks), "source") < 0) {
+        return NULL;
+    }
+    if (get_f32(dso, &dst, 1, gemm_packed_floats(lines, k, side_b), "packed") < 0) {
+        release(&src);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pack_parallel((const float *)src.buf, ls, ks, lines, k, side_b, (float *)dst.buf);
+    Py_END_ALLOW_THREADS
+    release(&src);
+    release(&dst);
+    Py_RETURN_NONE;
+}
+
+PyObject *
+py_gemm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ao, *bo, *co;
+    idx ars, acs, brs, bcs, ldc, m, n, k;
+    int a_packed, b_packed;
+    if (!PyArg_ParseTuple(args, "OnnpOnnpOnnn", &ao, &ars, &acs, &a_packed, &bo, &brs, &bcs,
+                          &b_packed, &co, &m, &n, &k)) {
+        return NULL;
+    }
+    if (check_positive("m", m, 0) < 0 || check_positive("n", n, 0) < 0 ||
+        check_positive("k", k, 0) < 0 || check_positive("A row stride", ars, 0) < 0 ||
+        check_positive("A column stride", acs, 0) < 0 ||
+        check_positive("B row stride", brs, 0) < 0 ||
+        check_positive("B column stride", bcs, 0) < 0) {
+        return NULL;
+    }
+    Py_buffer a, b, c;
+    if (get_f32(ao, &a, 0, a_packed ? gemm_packed_floats(m, k, 0) : span(m, k, ars, acs), "A") < 0) {
+        return NULL;
+    }
+    if (get_f32(bo, &b, 0, b_packed ? gemm_packed_floats(n, k, 1) : span(k, n, brs, bcs), "B") < 0) {
+        release(&a);
+        return NULL;
+    }
+    if (get_f32_rows(co, &c, m, n, &ldc, "C") < 0) {
+        release(&a);
+        release(&b);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = onyxrt_gemm((const float *)a.buf, ars, acs, a_packed, (const float *)b.buf, brs, bcs,
+                     b_packed, (float *)c.buf, ldc, m, n, k);
+    Py_END_ALLOW_THREADS
+    release(&a);
+    release(&b);
+    release(&c);
+    if (rc < 0) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *
+py_gemm_info(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    int wide = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    wide = __builtin_cpu_supports("avx512f") != 0;
+#endif
+    return Py_BuildValue("(nnnO)", (idx)GEMM_MR, (idx)GEMM_NR, (idx)GEMM_KC, wide ? Py_True : Py_False);
+}

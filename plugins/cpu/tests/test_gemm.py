@@ -1,0 +1,195 @@
+"""The compiled GEMM (csrc/gemm.c, onyxrt_cpu.native.gemm) and the kernels that route to it.
+
+Every product is checked against a float64 product with the worst-case float32 bound
+(|error| <= k * eps * (|A| @ |B|), which no correct summation order can exceed), over
+shapes on both sides of every tile and block edge (MR = 8 rows, NR = 32 columns, KC = 256
+along k), each operand packed or not, strided, transposed. The kernels that use it
+(FusedMatMul with a constant B, Conv's GEMMs) are run with the route forced on and off:
+CI machines without AVX-512 would otherwise never take it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_cases import run_ours
+from onnx import helper
+
+from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
+from onyxrt_cpu import native
+from onyxrt_cpu.kernels import conv as conv_kernels
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("ONYXRT_CPU_PURE", "") not in ("", "0") or not native.ENABLED,
+    reason="needs the compiled kernels (ONYXRT_CPU_PURE=1 or ONYXRT_CPU_NATIVE=0)",
+)
+
+EPS = float(np.finfo(np.float32).eps)
+
+
+def _check(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = a64 @ b64
+    bound = max(a.shape[1], 1) * EPS * (np.abs(a64) @ np.abs(b64)) + 1e-30
+    assert np.all(np.abs(c - want) <= bound), float(np.max(np.abs(c - want) / bound))
+
+
+def _operands(rng, m, k, n):
+    return (rng.standard_normal((m, k), dtype=np.float32),
+            rng.standard_normal((k, n), dtype=np.float32))
+
+
+EDGES = [1, 7, 8, 9, 33]
+K_EDGES = [1, 31, 255, 256, 257, 600]
+
+
+@pytest.mark.parametrize("m", EDGES)
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 70])
+@pytest.mark.parametrize("k", K_EDGES)
+def test_gemm_edges_all_operand_forms(m, n, k):
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    a, b = _operands(rng, m, k, n)
+    pa, pb = native.pack_gemm_a(a), native.pack_gemm_b(b)
+    assert pa is not None and pb is not None
+    for left in (a, pa):
+        for right in (b, pb):
+            c = np.full((m, n), np.nan, np.float32)
+            assert native.gemm(left, right, c)
+            _check(c, a, b)
+
+
+def test_gemm_strided_operands_and_output():
+    """Transposed views (no copy), a column slice, and an output whose rows are longer."""
+    rng = np.random.default_rng(3)
+    at = rng.standard_normal((300, 45), dtype=np.float32)  # A = at.T: (45, 300)
+    bt = rng.standard_normal((70, 300), dtype=np.float32)  # B = bt.T: (300, 70)
+    wide = np.full((45, 100), -7.0, np.float32)
+    out = wide[:, 10:80]
+    assert native.gemm(at.T, bt.T, out)
+    _check(out, at.T, bt.T)
+    assert np.all(wide[:, :10] == -7) and np.all(wide[:, 80:] == -7)
+    packed = native.pack_gemm_b(bt.T)
+    out2 = np.empty((45, 70), np.float32)
+    assert native.gemm(at.T, packed, out2)
+    np.testing.assert_array_equal(out2, out)
+    sliced = rng.standard_normal((300, 90), dtype=np.float32)[:, 5:75]
+    assert native.gemm(at.T, sliced, out2)
+    _check(out2, at.T, sliced)
+
+
+def test_gemm_empty_dimensions():
+    a = np.ones((5, 0), np.float32)
+    b = np.ones((0, 4), np.float32)
+    c = np.full((5, 4), np.nan, np.float32)
+    assert native.gemm(a, b, c)
+    np.testing.assert_array_equal(c, np.zeros((5, 4), np.float32))
+    assert native.gemm(np.ones((0, 3), np.float32), np.ones((3, 4), np.float32),
+                       np.empty((0, 4), np.float32))
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 70), n=st.integers(1, 100), k=st.integers(1, 700),
+       pack_a=st.booleans(), pack_b=st.booleans())
+def test_gemm_property(m, n, k, pack_a, pack_b):
+    rng = np.random.default_rng(m * n + k)
+    a, b = _operands(rng, m, k, n)
+    left = native.pack_gemm_a(a) if pack_a else a
+    right = native.pack_gemm_b(b) if pack_b else b
+    c = np.empty((m, n), np.float32)
+    assert native.gemm(left, right, c)
+    _check(c, a, b)
+
+
+def test_gemm_special_values_propagate():
+    a = np.ones((9, 40), np.float32)
+    b = np.ones((40, 33), np.float32)
+    a[3, 7] = np.nan
+    b[5, 32] = np.inf
+    c = np.empty((9, 33), np.float32)
+    assert native.gemm(native.pack_gemm_a(a), b, c)
+    assert np.isnan(c[3]).all()
+    assert np.isinf(c[np.arange(9) != 3, 32]).all()
+    assert np.isfinite(c[np.arange(9) != 3, :32]).all()
+
+
+def test_gemm_declines_what_it_cannot_take():
+    a = np.ones((4, 5), np.float32)
+    b = np.ones((5, 6), np.float32)
+    assert not native.gemm(a, b, np.empty((4, 7), np.float32))         # shapes disagree
+    assert not native.gemm(a.astype(np.float64), b, np.empty((4, 6), np.float32))
+    assert not native.gemm(a, b, np.empty((6, 4), np.float32).T)       # columns not unit
+    assert not native.gemm(native.pack_gemm_b(b), b, np.empty((4, 6), np.float32))  # sides
+    assert native.pack_gemm_a(np.ones((2, 2, 2), np.float32)) is None
+
+
+def test_c_gemm_rejects_bad_buffers():
+    """The C entry points check every buffer against the sizes they are told."""
+    from onyxrt_cpu import _native
+
+    a = np.ones((4, 5), np.float32)
+    b = np.ones((5, 6), np.float32)
+    c = np.empty((4, 6), np.float32)
+    with pytest.raises(ValueError):
+        _native.gemm(a, 5, 1, False, b, 6, 1, False, c, 4, 6, 9)   # k past A's end
+    with pytest.raises(ValueError):
+        _native.gemm(a, 5, 1, True, b, 6, 1, False, c, 4, 6, 5)    # A is not packed
+    with pytest.raises(ValueError):
+        _native.gemm(a, 5, 1, False, b, 6, 1, False, c, 5, 6, 5)   # C's shape differs
+    with pytest.raises(ValueError):
+        _native.gemm(a, -5, 1, False, b, 6, 1, False, c, 4, 6, 5)  # negative stride
+    with pytest.raises(ValueError):
+        _native.gemm(a, 5, 1, False, b, 6, 1, False, np.empty((6, 4), np.float32).T, 4, 6, 5)
+    with pytest.raises(ValueError):
+        _native.gemm_pack(a, 5, 1, 4, 5, False, np.empty(8, np.float32))  # too small
+
+
+# ------------------------------------------------------------ kernels that route here
+
+
+@pytest.fixture(params=[True, False], ids=["compiled-gemm", "blas"])
+def gemm_route(request, monkeypatch):
+    """Kernels built with the compiled GEMM preferred, or not (whatever this CPU is)."""
+    monkeypatch.setattr(native, "GEMM_PREFERRED", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("shape", [(2, 40, 64), (3, 64), (1, 20, 64)])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_fused_matmul_with_constant_b(gemm_route, shape, trans_b):
+    rng = np.random.default_rng(len(shape) + trans_b)
+    a = rng.standard_normal(shape, dtype=np.float32)
+    w = rng.standard_normal((48, 64) if trans_b else (64, 48), dtype=np.float32)
+    bias = rng.standard_normal(48, dtype=np.float32)
+    node = helper.make_node("FusedMatMul", ["a", "w", "bias"], ["y"], domain=FUSED_DOMAIN,
+                            transB=trans_b, alpha=0.5)
+    (y,) = run_ours(node, FUSED_DOMAIN_VERSION, a, w, bias, constants=(1,))
+    want = 0.5 * (a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)) + bias
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray, pads: int) -> np.ndarray:
+    """A float64 2-D convolution (stride 1, symmetric padding) by its definition."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads, pads), (pads, pads)))
+    kh, kw = w.shape[2:]
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    return np.einsum("nchwij,mcij->nmhw", windows, w.astype(np.float64))
+
+
+@pytest.mark.parametrize("kernel,pads,x_shape", [
+    ((1, 1), 0, (1, 24, 30, 30)),   # pointwise: 900 positions
+    ((3, 3), 1, (1, 8, 26, 26)),    # im2col, one image
+    ((3, 3), 1, (3, 8, 13, 13)),    # im2col, images stacked into one GEMM
+])
+def test_conv_gemms(gemm_route, kernel, pads, x_shape, monkeypatch):
+    monkeypatch.setattr(conv_kernels, "MIN_GEMM_POSITIONS", 64)
+    monkeypatch.setattr(conv_kernels.winograd, "MIN_CHANNELS", 10**6)  # keep im2col
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal((20, x_shape[1]) + kernel, dtype=np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[pads] * 4)
+    (y,) = run_ours(node, 17, x, w, constants=(1,))
+    np.testing.assert_allclose(y, _conv_reference(x, w, pads), rtol=1e-5, atol=1e-4)
