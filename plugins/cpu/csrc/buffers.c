@@ -33,16 +33,18 @@ get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name
     return 0;
 }
 
-/* A writable float32 matrix of `rows` x `cols` whose rows may be further apart than
+/* A float32 matrix of `rows` x `cols` whose rows may be further apart than
  * `cols` (a column slice of a wider array): contiguous along each row, row stride
  * *ld floats (set here). */
 int
-get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, const char *name)
+get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, int writable,
+             const char *name)
 {
     memset(view, 0, sizeof(*view));
-    if (PyObject_GetBuffer(obj, view, PyBUF_RECORDS) < 0) {
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a writable float32 array", name);
+        PyErr_Format(PyExc_TypeError, "%s must be a %sfloat32 array", name,
+                     writable ? "writable " : "");
         return -1;
     }
     const char *f = view->format ? view->format : "B";

@@ -29,74 +29,101 @@
  * compiler splits each vector in two and spills some (correct, slower: onyxrt_cpu.native
  * routes GEMMs here only where AVX-512 is present). */
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef int32_t i16v __attribute__((vector_size(64)));
+#if defined(__GNUC__) && !defined(__clang__)
+/* The helpers below pass vectors by value; they are always inlined into the kernel's
+ * clones, so no call with the baseline ABI is ever made. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
-/* A full MR x NR tile of C (row stride ldc) = the panels' product, + C when accumulate. */
+/* What the last k block applies to a full tile before storing it (see GemmFinish):
+ * pointers already at the tile's first row / column. */
+typedef struct {
+    const float *row_bias; /* 8 values or NULL */
+    const float *col_bias; /* 32 values or NULL */
+    const float *z;        /* the tile of z or NULL, row stride ldz */
+    idx ldz;
+    int act;
+    float p0, p1;
+} TileFinish;
+
+/* mask ? a : b for float vectors, through their bits (C has no vector ?:). */
+static inline __attribute__((always_inline)) v16
+select16(i16v mask, v16 a, v16 b)
+{
+    return (v16)((mask & (i16v)a) | (~mask & (i16v)b));
+}
+
+/* One accumulator of row i, columns [16 half, 16 half + 16): + biases + z, activation;
+ * the same operations in the same order as onyxrt_epilogue. */
+static inline __attribute__((always_inline)) v16
+finish16(v16 v, const TileFinish *f, int i, int half)
+{
+    if (f->col_bias) {
+        v += *(const v16 *)(f->col_bias + 16 * half);
+    }
+    if (f->row_bias) {
+        v += f->row_bias[i];
+    }
+    if (f->z) {
+        v += *(const v16 *)(f->z + i * f->ldz + 16 * half);
+    }
+    const v16 zero = {0};
+    switch (f->act) {
+    case ACT_RELU: /* (v < 0) ? 0 : v: NaN stays NaN */
+        v = select16(v < zero, zero, v);
+        break;
+    case ACT_CLIP: {
+        const v16 lo = zero + f->p0, hi = zero + f->p1;
+        v = select16(v < lo, lo, v);
+        v = select16(v > hi, hi, v);
+        break;
+    }
+    case ACT_LEAKY:
+        v = select16(v < zero, v * f->p0, v);
+        break;
+    default:
+        break;
+    }
+    return v;
+}
+
+/* A full MR x NR tile of C (row stride ldc) = the panels' product, + C when accumulate,
+ * then `finish` (NULL: none) while the tile is still in registers. */
 MULTIVERSION static void
 gemm_tile(const float *restrict pa, const float *restrict pb, idx kc, float *restrict c, idx ldc,
-          int accumulate)
+          int accumulate, const TileFinish *finish)
 {
-    v16 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-    v16 c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0}, c60 = {0}, c61 = {0}, c70 = {0}, c71 = {0};
+    v16 acc[GEMM_MR][2];
+    for (int i = 0; i < GEMM_MR; i++) {
+        acc[i][0] = (v16){0};
+        acc[i][1] = (v16){0};
+    }
     for (idx k = 0; k < kc; k++) {
         const v16 b0 = *(const v16 *)(pb + k * GEMM_NR);
         const v16 b1 = *(const v16 *)(pb + k * GEMM_NR + 16);
         const float *a = pa + k * GEMM_MR;
-        c00 += a[0] * b0;
-        c01 += a[0] * b1;
-        c10 += a[1] * b0;
-        c11 += a[1] * b1;
-        c20 += a[2] * b0;
-        c21 += a[2] * b1;
-        c30 += a[3] * b0;
-        c31 += a[3] * b1;
-        c40 += a[4] * b0;
-        c41 += a[4] * b1;
-        c50 += a[5] * b0;
-        c51 += a[5] * b1;
-        c60 += a[6] * b0;
-        c61 += a[6] * b1;
-        c70 += a[7] * b0;
-        c71 += a[7] * b1;
+#pragma GCC unroll 8
+        for (int i = 0; i < GEMM_MR; i++) {
+            acc[i][0] += a[i] * b0;
+            acc[i][1] += a[i] * b1;
+        }
     }
-    v16 *row[GEMM_MR][2];
+#pragma GCC unroll 8
     for (int i = 0; i < GEMM_MR; i++) {
-        row[i][0] = (v16 *)(c + i * ldc);
-        row[i][1] = (v16 *)(c + i * ldc + 16);
+        v16 *row = (v16 *)(c + i * ldc);
+        v16 lo = acc[i][0], hi = acc[i][1];
+        if (accumulate) {
+            lo += row[0];
+            hi += row[1];
+        }
+        if (finish) {
+            lo = finish16(lo, finish, i, 0);
+            hi = finish16(hi, finish, i, 1);
+        }
+        row[0] = lo;
+        row[1] = hi;
     }
-    if (accumulate) {
-        c00 += *row[0][0];
-        c01 += *row[0][1];
-        c10 += *row[1][0];
-        c11 += *row[1][1];
-        c20 += *row[2][0];
-        c21 += *row[2][1];
-        c30 += *row[3][0];
-        c31 += *row[3][1];
-        c40 += *row[4][0];
-        c41 += *row[4][1];
-        c50 += *row[5][0];
-        c51 += *row[5][1];
-        c60 += *row[6][0];
-        c61 += *row[6][1];
-        c70 += *row[7][0];
-        c71 += *row[7][1];
-    }
-    *row[0][0] = c00;
-    *row[0][1] = c01;
-    *row[1][0] = c10;
-    *row[1][1] = c11;
-    *row[2][0] = c20;
-    *row[2][1] = c21;
-    *row[3][0] = c30;
-    *row[3][1] = c31;
-    *row[4][0] = c40;
-    *row[4][1] = c41;
-    *row[5][0] = c50;
-    *row[5][1] = c51;
-    *row[6][0] = c60;
-    *row[6][1] = c61;
-    *row[7][0] = c70;
-    *row[7][1] = c71;
 }
 
 /* A tile at C's edge (mm < MR rows or nn < NR columns): computed into a full scratch tile,
@@ -106,7 +133,7 @@ gemm_edge_tile(const float *pa, const float *pb, idx kc, float *c, idx ldc, idx 
                int accumulate)
 {
     float tile[GEMM_MR * GEMM_NR];
-    gemm_tile(pa, pb, kc, tile, GEMM_NR, 0);
+    gemm_tile(pa, pb, kc, tile, GEMM_NR, 0, NULL);
     for (idx i = 0; i < mm; i++) {
         float *cr = c + i * ldc;
         const float *tr = tile + i * GEMM_NR;
@@ -154,7 +181,7 @@ pack_panel(const float *src, idx ls, idx ks, idx first, idx lines, idx k0, idx k
     }
 }
 
-idx
+static idx
 gemm_packed_floats(idx lines, idx k, int side_b)
 {
     return panels(lines, side_b ? GEMM_NR : GEMM_MR) * (side_b ? GEMM_NR : GEMM_MR) * k;
@@ -199,6 +226,39 @@ pack_parallel(const float *src, idx ls, idx ks, idx lines, idx k, int side_b, fl
                  1 + MIN_PARALLEL_FLOATS / (width * k + 1));
 }
 
+/* What is applied to each finished tile of C while it is in cache: a bias per row (a
+ * convolution's output channel) or per column (a MatMul's output feature), a residual z
+ * (C's shape, row stride ldz), then an activation (ACT_*), as onyxrt_epilogue does. */
+typedef struct {
+    const float *row_bias, *col_bias, *z;
+    idx ldz;
+    int act;
+    float p0, p1;
+} GemmFinish;
+
+static int
+finish_needed(const GemmFinish *f)
+{
+    return f->row_bias || f->col_bias || f->z || f->act != ACT_NONE;
+}
+
+/* The finish on the mm x nn tile of C at (m0, n0). */
+static void
+finish_tile(float *c, idx ldc, idx m0, idx n0, idx mm, idx nn, const GemmFinish *f)
+{
+    for (idx i = 0; i < mm; i++) {
+        float *cr = c + i * ldc;
+        if (f->col_bias) {
+            const float *cb = f->col_bias + n0;
+            for (idx j = 0; j < nn; j++) {
+                cr[j] += cb[j];
+            }
+        }
+        onyxrt_epilogue(cr, 0, 1, 1, nn, f->row_bias ? f->row_bias + m0 + i : NULL,
+                        f->z ? f->z + (m0 + i) * f->ldz + n0 : NULL, f->act, f->p0, f->p1);
+    }
+}
+
 typedef struct {
     const float *pa;           /* packed A */
     const float *b;            /* packed B, or B itself (element (k, j) at b[k*brs + j*bcs]) */
@@ -206,6 +266,7 @@ typedef struct {
     int b_packed;
     float *c;
     idx ldc, m, n, k;
+    const GemmFinish *finish;  /* NULL: none */
     int failed;
 } GemmCall;
 
@@ -243,10 +304,22 @@ gemm_range(void *ctx, idx begin, idx end)
                 const idx m0 = q * GEMM_MR, mm = g->m - m0 < GEMM_MR ? g->m - m0 : GEMM_MR;
                 const float *ap = g->pa + k0 * mpan * GEMM_MR + q * kc * GEMM_MR;
                 float *ct = g->c + m0 * g->ldc + n0;
+                const int last = k0 + kc == g->k;
                 if (mm == GEMM_MR && nn == GEMM_NR) {
-                    gemm_tile(ap, bp, kc, ct, g->ldc, k0 > 0);
+                    TileFinish tf;
+                    if (g->finish && last) {
+                        const GemmFinish *f = g->finish;
+                        tf = (TileFinish){f->row_bias ? f->row_bias + m0 : NULL,
+                                          f->col_bias ? f->col_bias + n0 : NULL,
+                                          f->z ? f->z + m0 * f->ldz + n0 : NULL, f->ldz, f->act,
+                                          f->p0, f->p1};
+                    }
+                    gemm_tile(ap, bp, kc, ct, g->ldc, k0 > 0, g->finish && last ? &tf : NULL);
                 } else {
                     gemm_edge_tile(ap, bp, kc, ct, g->ldc, mm, nn, k0 > 0);
+                    if (g->finish && last) {
+                        finish_tile(ct, g->ldc, m0, n0, mm, nn, g->finish);
+                    }
                 }
             }
         }
@@ -254,18 +327,25 @@ gemm_range(void *ctx, idx begin, idx end)
     free(bbuf);
 }
 
-/* C (m x n, row stride ldc) = A @ B. A is packed (a_packed) or element (i, k) at
- * a[i*ars + k*acs]; B likewise with (k, j) at b[k*brs + j*bcs]. -1 when out of memory. */
-int
+/* C (m x n, row stride ldc) = finish(A @ B). A is packed (a_packed) or element (i, k) at
+ * a[i*ars + k*acs]; B likewise with (k, j) at b[k*brs + j*bcs]; finish may be NULL. -1
+ * when out of memory. */
+static int
 onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx brs, idx bcs,
-            int b_packed, float *c, idx ldc, idx m, idx n, idx k)
+            int b_packed, float *c, idx ldc, idx m, idx n, idx k, const GemmFinish *finish)
 {
     if (m == 0 || n == 0) {
         return 0;
     }
+    if (finish && !finish_needed(finish)) {
+        finish = NULL;
+    }
     if (k == 0) {
         for (idx i = 0; i < m; i++) {
             fill(c + i * ldc, n, 0.0f);
+        }
+        if (finish) {
+            finish_tile(c, ldc, 0, 0, m, n, finish);
         }
         return 0;
     }
@@ -278,7 +358,7 @@ onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx 
         pack_parallel(a, ars, acs, m, k, 0, packed_a);
     }
     const idx tiles = panels(m, GEMM_MR) * panels(n, GEMM_NR);
-    GemmCall call = {a_packed ? a : packed_a, b, brs, bcs, b_packed, c, ldc, m, n, k, 0};
+    GemmCall call = {a_packed ? a : packed_a, b, brs, bcs, b_packed, c, ldc, m, n, k, finish, 0};
     /* at least ~1 MFLOP per piece: a smaller piece costs more to hand over than it saves */
     parallel_for(gemm_range, &call, tiles, 1 + (1 << 20) / (2 * GEMM_MR * GEMM_NR * k));
     free(packed_a);
@@ -328,11 +408,17 @@ PyObject *
 py_gemm(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *ao, *bo, *co;
+    PyObject *ao, *bo, *co, *rbo = Py_None, *cbo = Py_None, *zo = Py_None;
     idx ars, acs, brs, bcs, ldc, m, n, k;
     int a_packed, b_packed;
-    if (!PyArg_ParseTuple(args, "OnnpOnnpOnnn", &ao, &ars, &acs, &a_packed, &bo, &brs, &bcs,
-                          &b_packed, &co, &m, &n, &k)) {
+    GemmFinish f = {NULL, NULL, NULL, 0, ACT_NONE, 0.0f, 0.0f};
+    if (!PyArg_ParseTuple(args, "OnnpOnnpOnnn|OOOiff", &ao, &ars, &acs, &a_packed, &bo, &brs,
+                          &bcs, &b_packed, &co, &m, &n, &k, &rbo, &cbo, &zo, &f.act, &f.p0,
+                          &f.p1)) {
+        return NULL;
+    }
+    if (f.act < ACT_NONE || f.act > ACT_LEAKY) {
+        PyErr_Format(PyExc_ValueError, "unknown activation code %d", f.act);
         return NULL;
     }
     if (check_positive("m", m, 0) < 0 || check_positive("n", n, 0) < 0 ||
@@ -350,19 +436,42 @@ py_gemm(PyObject *self, PyObject *args)
         release(&a);
         return NULL;
     }
-    if (get_f32_rows(co, &c, m, n, &ldc, "C") < 0) {
+    if (get_f32_rows(co, &c, m, n, &ldc, 1, "C") < 0) {
         release(&a);
         release(&b);
         return NULL;
     }
+    Py_buffer rb, cb, z;
+    memset(&z, 0, sizeof(z));
+    if (get_optional_f32(rbo, &rb, m, "row bias") < 0) {
+        release(&a);
+        release(&b);
+        release(&c);
+        return NULL;
+    }
+    if (get_optional_f32(cbo, &cb, n, "column bias") < 0 ||
+        (zo != Py_None && get_f32_rows(zo, &z, m, n, &f.ldz, 0, "z") < 0)) {
+        release(&a);
+        release(&b);
+        release(&c);
+        release(&rb);
+        release(&cb);
+        return NULL;
+    }
+    f.row_bias = (const float *)rb.buf;
+    f.col_bias = (const float *)cb.buf;
+    f.z = (const float *)z.buf;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = onyxrt_gemm((const float *)a.buf, ars, acs, a_packed, (const float *)b.buf, brs, bcs,
-                     b_packed, (float *)c.buf, ldc, m, n, k);
+                     b_packed, (float *)c.buf, ldc, m, n, k, &f);
     Py_END_ALLOW_THREADS
     release(&a);
     release(&b);
     release(&c);
+    release(&rb);
+    release(&cb);
+    release(&z);
     if (rc < 0) {
         return PyErr_NoMemory();
     }

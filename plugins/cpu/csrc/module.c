@@ -29,8 +29,8 @@ static PyMethodDef methods[] = {
      "gemm_pack(src, line_stride, k_stride, lines, k, side_b, packed): pack rows of A "
      "(side_b False) or columns of B for gemm."},
     {"gemm", py_gemm, METH_VARARGS,
-     "gemm(a, ars, acs, a_packed, b, brs, bcs, b_packed, c, m, n, k): C = A @ B (C 2-D, "
-     "rows contiguous)."},
+     "gemm(a, ars, acs, a_packed, b, brs, bcs, b_packed, c, m, n, k[, row_bias, col_bias, z, "
+     "act, p0, p1]): C = act(A @ B + bias + z) (C and z 2-D, rows contiguous)."},
     {"gemm_info", py_gemm_info, METH_NOARGS,
      "gemm_info() -> (MR, NR, KC, whether this CPU has AVX-512)."},
     {"threads", py_threads, METH_NOARGS,

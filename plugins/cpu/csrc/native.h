@@ -64,7 +64,8 @@ typedef struct {
 /* buffers.c: argument checks. */
 int get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name);
 int get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name);
-int get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, const char *name);
+int get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, int writable,
+                 const char *name);
 void release(Py_buffer *view);
 int check_positive(const char *what, idx value, idx minimum);
 void valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi);
@@ -94,9 +95,6 @@ void blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, vo
 #define GEMM_MR 8
 #define GEMM_NR 32
 #define GEMM_KC 256
-idx gemm_packed_floats(idx lines, idx k, int side_b);
-int onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx brs, idx bcs,
-                int b_packed, float *c, idx ldc, idx m, idx n, idx k);
 
 /* epilogue.c */
 void onyxrt_epilogue(float *y, idx r_begin, idx r_end, idx channels, idx length,

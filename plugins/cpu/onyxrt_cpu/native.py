@@ -341,10 +341,22 @@ def pack_gemm_b(b: np.ndarray) -> PackedMatrix | None:
     return _pack(b, "b")
 
 
-def gemm(a: np.ndarray | PackedMatrix, b: np.ndarray | PackedMatrix, out: np.ndarray) -> bool:
-    """``out = a @ b`` for float32 2-D operands, either of them packed; ``out`` (M, N) may
-    have a row stride larger than N. Returns ``False`` (nothing done) when the operands do
-    not qualify."""
+def gemm(
+    a: np.ndarray | PackedMatrix,
+    b: np.ndarray | PackedMatrix,
+    out: np.ndarray,
+    row_bias: np.ndarray | None = None,
+    col_bias: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    act: int = ACT_NONE,
+    p0: float = 0.0,
+    p1: float = 0.0,
+) -> bool:
+    """``out = act(a @ b + bias + z)`` for float32 2-D operands, either of them packed, each
+    tile finished while it is in cache: ``row_bias`` has one value per row of ``out``
+    (a convolution's channels), ``col_bias`` one per column, ``z`` is ``out``'s shape.
+    ``out`` and ``z`` may have rows further apart than their length (column slices).
+    Returns ``False`` (nothing done) when the arguments do not qualify."""
     if not ENABLED or out.ndim != 2 or out.dtype != _F32:
         return False
     operands = []
@@ -359,11 +371,20 @@ def gemm(a: np.ndarray | PackedMatrix, b: np.ndarray | PackedMatrix, out: np.nda
             flat, rs, cs = _strided(x)
             operands.append((flat, rs, cs, False, x.shape))
     (m, k), (k2, n) = operands[0][4], operands[1][4]
-    if k != k2 or out.shape != (m, n):
+    if k != k2 or out.shape != (m, n) or not _ready(row_bias, col_bias):
+        return False
+    if (row_bias is not None and row_bias.size != m) or (col_bias is not None and col_bias.size != n):
         return False
     if out.size == 0:
         return True
-    if out.strides[1] != 4 or out.strides[0] % 4 or out.strides[0] < 4 * n:
+    if not (_rows_contiguous(out) and (z is None or (z.dtype == _F32 and z.shape == out.shape
+                                                      and _rows_contiguous(z)))):
         return False
-    _native.gemm(*operands[0][:4], *operands[1][:4], out, m, n, k)
+    _native.gemm(*operands[0][:4], *operands[1][:4], out, m, n, k, row_bias, col_bias, z, act,
+                 p0, p1)
     return True
+
+
+def _rows_contiguous(x: np.ndarray) -> bool:
+    """Whether the 2-D ``x``'s rows are contiguous and do not overlap."""
+    return x.ndim == 2 and x.strides[1] == 4 and x.strides[0] % 4 == 0 and x.strides[0] >= 4 * x.shape[1]

@@ -116,6 +116,20 @@ def test_gemm_special_values_propagate():
     assert np.isfinite(c[np.arange(9) != 3, :32]).all()
 
 
+def test_gemm_finish_keeps_nan_and_clips_infinity():
+    """The in-register epilogue has onyxrt_epilogue's semantics: Relu keeps NaN, Clip maps
+    +-inf to its bounds and keeps NaN."""
+    a = np.ones((8, 64), np.float32)
+    b = np.ones((64, 32), np.float32)
+    z = np.zeros((8, 32), np.float32)
+    z[0, 0], z[1, 1], z[2, 2] = np.nan, -np.inf, np.inf
+    out = np.empty((8, 32), np.float32)
+    assert native.gemm(native.pack_gemm_a(a), b, out, None, None, z - 100, native.ACT_RELU)
+    assert np.isnan(out[0, 0]) and out[1, 1] == 0 and out[2, 2] == np.inf and out[3, 3] == 0
+    assert native.gemm(a, native.pack_gemm_b(b), out, None, None, z, native.ACT_CLIP, -1, 2)
+    assert np.isnan(out[0, 0]) and out[1, 1] == -1 and out[2, 2] == 2 and out[3, 3] == 2
+
+
 def test_gemm_declines_what_it_cannot_take():
     a = np.ones((4, 5), np.float32)
     b = np.ones((5, 6), np.float32)
@@ -145,6 +159,13 @@ def test_c_gemm_rejects_bad_buffers():
         _native.gemm(a, 5, 1, False, b, 6, 1, False, np.empty((6, 4), np.float32).T, 4, 6, 5)
     with pytest.raises(ValueError):
         _native.gemm_pack(a, 5, 1, 4, 5, False, np.empty(8, np.float32))  # too small
+    with pytest.raises(ValueError):  # a row bias needs one value per row of C
+        _native.gemm(a, 5, 1, False, b, 6, 1, False, c, 4, 6, 5, np.ones(3, np.float32))
+    with pytest.raises(ValueError):  # z must be C's shape
+        _native.gemm(a, 5, 1, False, b, 6, 1, False, c, 4, 6, 5, None, None,
+                     np.ones((4, 5), np.float32))
+    with pytest.raises(ValueError):
+        _native.gemm(a, 5, 1, False, b, 6, 1, False, c, 4, 6, 5, None, None, None, 9)
 
 
 # ------------------------------------------------------------ kernels that route here
@@ -157,17 +178,24 @@ def gemm_route(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("shape", [(2, 40, 64), (3, 64), (1, 20, 64)])
+# (A's shape, the bias's): a bias per column (fused into the GEMM when alpha is 1), and
+# one per element (added after it).
+MATMUL_CASES = [((2, 40, 64), (48,)), ((3, 64), (1, 48)), ((1, 20, 64), (48,)),
+                ((2, 40, 64), (40, 48))]
+
+
+@pytest.mark.parametrize("shape,bias_shape", MATMUL_CASES)
 @pytest.mark.parametrize("trans_b", [0, 1])
-def test_fused_matmul_with_constant_b(gemm_route, shape, trans_b):
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_fused_matmul_with_constant_b(gemm_route, shape, bias_shape, trans_b, alpha):
     rng = np.random.default_rng(len(shape) + trans_b)
     a = rng.standard_normal(shape, dtype=np.float32)
     w = rng.standard_normal((48, 64) if trans_b else (64, 48), dtype=np.float32)
-    bias = rng.standard_normal(48, dtype=np.float32)
+    bias = rng.standard_normal(bias_shape, dtype=np.float32)
     node = helper.make_node("FusedMatMul", ["a", "w", "bias"], ["y"], domain=FUSED_DOMAIN,
-                            transB=trans_b, alpha=0.5)
+                            transB=trans_b, alpha=alpha)
     (y,) = run_ours(node, FUSED_DOMAIN_VERSION, a, w, bias, constants=(1,))
-    want = 0.5 * (a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)) + bias
+    want = alpha * (a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)) + bias
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
 
 
@@ -193,3 +221,38 @@ def test_conv_gemms(gemm_route, kernel, pads, x_shape, monkeypatch):
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[pads] * 4)
     (y,) = run_ours(node, 17, x, w, constants=(1,))
     np.testing.assert_allclose(y, _conv_reference(x, w, pads), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("activation,params,code", [
+    ("", [], "none"), ("Relu", [], "relu"), ("Clip", [-0.5, 0.75], "clip"),
+    ("LeakyRelu", [0.1], "leaky"),
+])
+@pytest.mark.parametrize("kernel,pads,x_shape", [
+    ((1, 1), 0, (2, 24, 9, 9)),    # pointwise, image by image
+    ((3, 3), 1, (1, 8, 10, 10)),   # im2col, the image in one piece
+])
+def test_fused_conv_finished_by_the_gemm(gemm_route, activation, params, code, kernel, pads,
+                                         x_shape, monkeypatch):
+    """Bias, residual and activation applied tile by tile by the compiled GEMM (or after a
+    BLAS product): both within float32 rounding of a float64 reference."""
+    monkeypatch.setattr(conv_kernels, "MIN_GEMM_POSITIONS", 16)
+    monkeypatch.setattr(conv_kernels, "MIN_GEMM_DEPTH", 1)
+    monkeypatch.setattr(conv_kernels.winograd, "MIN_CHANNELS", 10**6)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal((12, x_shape[1]) + kernel, dtype=np.float32)
+    b = rng.standard_normal(12, dtype=np.float32)
+    z = rng.standard_normal((x_shape[0], 12) + x_shape[2:], dtype=np.float32)
+    attrs = {"pads": [pads] * 4, "activation": activation}
+    if params:
+        attrs["activation_params"] = params
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain=FUSED_DOMAIN, **attrs)
+    (y,) = run_ours(node, FUSED_DOMAIN_VERSION, x, w, b, z, constants=(1,))
+    want = _conv_reference(x, w, pads) + b[:, None, None] + z
+    if code == "relu":
+        want = np.maximum(want, 0)
+    elif code == "clip":
+        want = np.clip(want, *params)
+    elif code == "leaky":
+        want = np.where(want < 0, want * params[0], want)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)

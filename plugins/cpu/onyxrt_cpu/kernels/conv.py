@@ -102,13 +102,14 @@ def _kernel_shape(attrs: SpatialAttrs, w: np.ndarray) -> tuple[int, ...]:
 # from: a Conv keeps that array for its lifetime, and the entry goes when it does.
 _gemm_filters: dict[int, tuple[weakref.ref[np.ndarray], native.PackedMatrix]] = {}
 
-# Where the compiled GEMM beats OpenBLAS on convolution shapes here, measured in the
-# models: from 512 output positions per GEMM (N = 784 and more: 10-60% faster alone;
+# Where the compiled GEMM is used for convolutions, from measurements in the models
+# here: from 512 output positions per GEMM (N = 784 and more: 10-60% faster alone;
 # N = 196: 5-30% slower, its 32-column tiles leaving more of the last one empty) and a
-# depth of 64 (K = C * taps: with MobileNetV2's K = 16-32 each tile does too little work
-# per store of its outputs, and OpenBLAS was 15-30% faster in the model).
+# depth (K = C * taps) of 16: MobileNetV2's K = 16-27 convolutions ran as fast as on
+# OpenBLAS once the epilogue was fused into the tiles; below that a tile's few steps of
+# k cost less than storing it, and nothing was measured.
 MIN_GEMM_POSITIONS = 512
-MIN_GEMM_DEPTH = 64
+MIN_GEMM_DEPTH = 16
 
 
 def _packed_filters(wp: np.ndarray) -> native.PackedMatrix | None:
@@ -127,21 +128,36 @@ def _packed_filters(wp: np.ndarray) -> native.PackedMatrix | None:
     return packed
 
 
-def _filters_times(wp: np.ndarray, cols: np.ndarray, out: np.ndarray) -> None:
-    """``out = wp @ cols`` for packed weights ``wp`` (g, M/g, K) and ``cols`` (g, K, N):
-    through the compiled GEMM (filters packed once) when it is preferred and wins for this
-    shape, else one BLAS matmul."""
-    if (
+def _compiled_gemm_wins(wp: np.ndarray, positions: int) -> bool:
+    """Whether a convolution GEMM of packed weights ``wp`` (g, M/g, K) over ``positions``
+    columns goes to the compiled GEMM (see MIN_GEMM_POSITIONS)."""
+    return (
         native.GEMM_PREFERRED
         and wp.shape[0] == 1
         and wp.dtype == np.float32
-        and cols.shape[-1] >= MIN_GEMM_POSITIONS
-        and cols.shape[-2] >= MIN_GEMM_DEPTH
-    ):
+        and positions >= MIN_GEMM_POSITIONS
+        and wp.shape[2] >= MIN_GEMM_DEPTH
+    )
+
+
+def _filters_times(
+    wp: np.ndarray,
+    cols: np.ndarray,
+    out: np.ndarray,
+    compiled: bool,
+    finish: tuple[Any, ...] | None = None,
+) -> bool:
+    """``out = wp @ cols`` for packed weights ``wp`` (g, M/g, K) and ``cols`` (g, K, N):
+    through the compiled GEMM (filters packed once) when ``compiled``, which also applies
+    ``finish`` = (bias, z as out[0]'s shape, act, p0, p1) tile by tile; else one BLAS
+    matmul. Returns whether ``finish`` was applied."""
+    if compiled:
         filters = _packed_filters(wp)
-        if filters is not None and native.gemm(filters, cols[0], out[0]):
-            return
+        bias, z, act, p0, p1 = finish if finish is not None else (None, None, native.ACT_NONE, 0, 0)
+        if filters is not None and native.gemm(filters, cols[0], out[0], bias, None, z, act, p0, p1):
+            return finish is not None
     np.matmul(wp, cols, out=out)
+    return False
 
 
 def _pack_conv_weight(w: np.ndarray, group: int, dtype: np.dtype[Any]) -> np.ndarray:
@@ -207,9 +223,12 @@ def conv_forward_finished(
         # 1x1 stride-1 conv: X itself is the column matrix, one matmul per image (a 2-D
         # matmul when group == 1, which numpy hands straight to BLAS). Stacking images
         # into one GEMM would cost two transposing copies: measured slower here.
+        compiled = _compiled_gemm_wins(wp, L)
         for i in range(n):
-            _filters_times(wp, x[i].reshape(group, c_per_g, L), y[i].reshape(group, m_per_g, L))
-            _finish_images(y, finish, i, i + 1)
+            image_finish = _image_finish(finish, i, m, L)
+            if not _filters_times(wp, x[i].reshape(group, c_per_g, L),
+                                  y[i].reshape(group, m_per_g, L), compiled, image_finish):
+                _finish_images(y, finish, i, i + 1)
         return y, finish is not None
     if c_per_g == 1 and group > 1 and ntaps > 1:
         if pad_value == 0 and native.depthwise2d(
@@ -219,10 +238,23 @@ def conv_forward_finished(
         _depthwise(x, wp, kernel, strides, dilations, win, pad_value, y)
         return y, False
     for n0, n1, r0, r1 in _chunks(n, c * ntaps, out, x.dtype.itemsize):
-        _conv_chunk(x, wp, kernel, strides, dilations, win, pad_value, y, n0, n1, r0, r1)
-        if r1 == out[0]:  # images [n0, n1) are complete
+        # An image made in one piece can be finished by the compiled GEMM as it goes.
+        whole = n1 - n0 == 1 and r0 == 0 and r1 == out[0]
+        applied = _conv_chunk(x, wp, kernel, strides, dilations, win, pad_value, y, n0, n1, r0,
+                              r1, _image_finish(finish, n0, m, L) if whole else None)
+        if r1 == out[0] and not applied:  # images [n0, n1) are complete
             _finish_images(y, finish, n0, n1)
     return y, finish is not None
+
+
+def _image_finish(
+    finish: tuple[Any, ...] | None, i: int, m: int, positions: int
+) -> tuple[Any, ...] | None:
+    """``finish`` for image ``i`` alone: its residual as a (M, positions) matrix."""
+    if finish is None:
+        return None
+    bias, z, act, p0, p1 = finish
+    return (bias, None if z is None else z[i].reshape(m, positions), act, p0, p1)
 
 
 def _finish_images(y: np.ndarray, finish: tuple[Any, ...] | None, n0: int, n1: int) -> None:
@@ -276,8 +308,10 @@ def _conv_chunk(
     n1: int,
     r0: int,
     r1: int,
-) -> None:
-    """Images [n0, n1), output rows [r0, r1) of ``y``: im2col, then one (grouped) GEMM."""
+    finish: tuple[Any, ...] | None = None,
+) -> bool:
+    """Images [n0, n1), output rows [r0, r1) of ``y``: im2col, then one (grouped) GEMM.
+    ``finish`` (for one image) is applied when the compiled GEMM can; returns whether."""
     c = x.shape[1]
     group, m_per_g, k_per_g = wp.shape
     nb = n1 - n0
@@ -294,12 +328,12 @@ def _conv_chunk(
     if nb == 1:
         # Straight into this image's rows of the output (a BLAS-able strided view).
         dst = y[n0].reshape(group, m_per_g, -1)[:, :, r0 * rest : r1 * rest]
-        _filters_times(wp, cols, dst)
-        return
+        return _filters_times(wp, cols, dst, _compiled_gemm_wins(wp, ls), finish)
     prod_ = scratch("gemm", (group, m_per_g, nb * ls), x.dtype)
-    _filters_times(wp, cols, prod_)
+    _filters_times(wp, cols, prod_, _compiled_gemm_wins(wp, nb * ls))
     # (M, images, L) → (images, M, L): the one extra pass that stacking images costs.
     y[n0:n1].reshape(nb, group * m_per_g, ls)[...] = prod_.reshape(-1, nb, ls).transpose(1, 0, 2)
+    return False
 
 
 def _im2col(

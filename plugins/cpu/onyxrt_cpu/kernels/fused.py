@@ -105,7 +105,12 @@ class FusedMatMul(Kernel):
             am = np.swapaxes(am, -1, -2)
         y = None
         if b is self._b_src and self._b_gemm is not None:
-            y = _packed_product(am, self._b_gemm)
+            # the bias is added by the GEMM as each tile is finished, when alpha is 1
+            n = self._b_gemm.shape[1]
+            fused_bias = bias if self.attrs.alpha == 1.0 and _is_row_vector(bias, n) else None
+            y = _packed_product(am, self._b_gemm, fused_bias)
+            if y is not None and fused_bias is not None:
+                return (y.astype(a.dtype, copy=False),)
         if y is None:
             if b is self._b_src and self._b_packed is not None and self._b_packed.dtype == cdt:
                 bm = self._b_packed
@@ -128,9 +133,17 @@ class FusedMatMul(Kernel):
 MIN_PACKED_ROWS = 16
 
 
-def _packed_product(a: np.ndarray, b: native.PackedMatrix) -> np.ndarray | None:
-    """``a (..., M, K) @ B`` through the compiled GEMM with B packed, all of a's rows as
-    one product; ``None`` when it does not qualify (dtype, shapes, too few rows)."""
+def _is_row_vector(bias: np.ndarray | None, n: int) -> bool:
+    """Whether ``bias`` is n float32 values along the last axis only."""
+    return bias is not None and bias.dtype == np.float32 and bias.shape in ((n,), (1, n))
+
+
+def _packed_product(
+    a: np.ndarray, b: native.PackedMatrix, bias: np.ndarray | None = None
+) -> np.ndarray | None:
+    """``a (..., M, K) @ B (+ bias per column)`` through the compiled GEMM with B packed,
+    all of a's rows as one product; ``None`` when it does not qualify (dtype, shapes, too
+    few rows)."""
     k, n = b.shape
     if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != k:
         return None
@@ -139,7 +152,8 @@ def _packed_product(a: np.ndarray, b: native.PackedMatrix) -> np.ndarray | None:
         return None
     a2 = a if a.ndim == 2 else a.reshape(rows, k)
     y = np.empty((rows, n), dtype=np.float32)
-    if not native.gemm(a2, b, y):
+    col_bias = None if bias is None else np.ascontiguousarray(bias.reshape(n))
+    if not native.gemm(a2, b, y, None, col_bias):
         return None
     return y.reshape(a.shape[:-1] + (n,))
 
