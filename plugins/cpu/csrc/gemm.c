@@ -1,20 +1,23 @@
-/* Single-precision GEMM, C = A @ B, with either operand packed ahead of time.
+/* Single-precision GEMM, C = finish(A @ B), with either operand packed ahead of time.
  *
  * Why our own: the models' GEMMs have one constant operand (a MatMul's weights, a
- * convolution's filters), which can be laid out once for the inner kernel; OpenBLAS
- * repacks both operands on every call, and its kernels run these shapes at 80-95
- * GFLOP/s per core here where this one runs at about 100 (onnxruntime's MLAS does the
- * same). The layout is the classic one of BLIS and MLAS: the kernel computes an
- * MR x NR tile of C from a panel of A (MR rows, k-major) and a panel of B (NR columns,
- * k-major), in blocks of KC along k, with the tile held in 16 vector registers.
+ * convolution's filters), which can be laid out once for the inner kernel, and an
+ * epilogue (bias, residual, activation) that can be applied while a tile of C is still
+ * in registers. OpenBLAS repacks both operands on every call, zeroes C before writing
+ * it, and leaves the epilogue to another pass; its kernels also run these shapes at
+ * 80-95 GFLOP/s per core here, this one at about 100 (as onnxruntime's MLAS). The layout
+ * is the classic one of BLIS and MLAS: the kernel computes an MR x NR tile of C from a
+ * panel of A (MR rows, k-major) and a panel of B (NR columns, k-major), in blocks of KC
+ * along k, with the tile held in 16 vector registers.
  *
  * Packed A: for each k block (KC), for each panel of MR rows: kc x MR floats.
  * Packed B: for each k block, for each panel of NR columns: kc x NR floats.
  * Rows and columns past the matrix's edge are zero in a packed panel.
  *
  * Work is split over the thread pool in equal runs of C's tiles; each piece packs the B
- * panels it reads itself when B was not packed ahead. Floating-point contraction is on in this file only: the kernel
- * is built on fused multiply-adds (as OpenBLAS's and MLAS's are). */
+ * panels it reads itself when B was not packed ahead. Floating-point contraction is on
+ * in this file only: the kernel is built on fused multiply-adds (as OpenBLAS's and
+ * MLAS's are). */
 
 #if defined(__clang__)
 #pragma clang fp contract(fast)

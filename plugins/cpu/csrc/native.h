@@ -71,21 +71,17 @@ int check_positive(const char *what, idx value, idx minimum);
 void valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi);
 int parse_geometry(PyObject *tuple, Geometry *g);
 
-/* threads.c: one piece of a parallel call, and what OpenBLAS hands its caller's threads. */
-typedef void (*PartFn)(void *ctx, idx part, idx parts);
+/* threads.c: the pool, and what OpenBLAS hands the threads it is given. */
 typedef void (*OpenblasJobFn)(int thread_num, void *jobdata, int dojob_data);
 void threads_init(void);
-/* fn(ctx, p, parts) for every p in [0, parts), at once on the pool when it is free. */
-void parallel_run(PartFn fn, void *ctx, idx parts);
-/* How many pieces to split `items` into: at most the pool's threads, at least
- * `min_items` each (so small work stays on the caller). */
-idx parallel_parts(idx items, idx min_items);
-/* Piece `part` of `parts` of [0, items): [begin, end). */
-void parallel_range(idx part, idx parts, idx items, idx *begin, idx *end);
-/* fn(ctx, begin, end) over consecutive ranges covering [0, items), split as
- * parallel_parts(items, min_items) says. */
+/* fn(ctx, begin, end) over consecutive ranges covering [0, items), each range once, on
+ * as many threads as parallel_parts(items, min_items) says (ranges are handed out as
+ * threads ask, so a slow thread takes fewer). */
 typedef void (*RangeFn)(void *ctx, idx begin, idx end);
 void parallel_for(RangeFn fn, void *ctx, idx items, idx min_items);
+/* How many threads to split `items` over: at most the pool's, with at least
+ * `min_items` each (so small work stays on the caller). */
+idx parallel_parts(idx items, idx min_items);
 /* Below this many floats of work, a piece costs more to hand to a worker than to do. */
 #define MIN_PARALLEL_FLOATS 16384
 void blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,

@@ -43,13 +43,21 @@ static idx configured_threads = 1;
  * OpenBLAS's own spinning threads they must stay on the caller. */
 static int kernels_split = 0;
 
+/* One piece of a parallel call (piece `part` of `parts`). */
+typedef void (*PartFn)(void *ctx, idx part, idx parts);
+
 #ifdef ONYXRT_HAVE_PTHREADS
+
+/* A slot's piece: posted by the caller, taken by its worker (running, then idle), or
+ * taken back by the caller before the worker started it (cancelled). */
+enum { SLOT_IDLE = 0, SLOT_POSTED = 1, SLOT_RUNNING = 2, SLOT_CANCELLED = 3 };
 
 /* What worker i - 1 runs: piece `part` of fn's call, written by the caller for that
  * worker only (so a worker that takes no part in a call never reads it), announced by
- * bumping `ticket`. One cache line each. */
+ * setting `state` to SLOT_POSTED and bumping `ticket`. One cache line each. */
 typedef struct {
     unsigned long ticket;
+    int state;
     PartFn fn;
     void *ctx;
     idx parts;
@@ -123,7 +131,13 @@ worker_main(void *arg)
     unsigned long seen = slot->first_ticket;
     for (;;) {
         seen = await_call(slot, seen);
+        int posted = SLOT_POSTED;
+        if (!__atomic_compare_exchange_n(&slot->state, &posted, SLOT_RUNNING, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            continue; /* taken back: the caller finished that call without this thread */
+        }
         slot->fn(slot->ctx, part, slot->parts);
+        __atomic_store_n(&slot->state, SLOT_IDLE, __ATOMIC_RELAXED);
         __atomic_sub_fetch(&pool.pending, 1, __ATOMIC_ACQ_REL);
     }
     return NULL;
@@ -179,15 +193,19 @@ pool_release(void)
 }
 
 /* Runs fn's pieces on the held pool: 1..parts-1 on workers, 0 here; returns when all
- * have finished. */
+ * have finished. With `optional` pieces (a kernel's, which share out their work among
+ * whoever runs them), a worker that has not started by the time piece 0 is done is
+ * not waited for: on a busy machine a sleeping or descheduled worker would otherwise
+ * hold up the whole call. OpenBLAS's jobs wait for each other: every one must run. */
 static void
-pool_dispatch(PartFn fn, void *ctx, idx parts)
+pool_dispatch(PartFn fn, void *ctx, idx parts, int optional)
 {
     __atomic_store_n(&pool.pending, (int)(parts - 1), __ATOMIC_RELAXED);
     for (idx p = 1; p < parts; p++) {
         slots[p].fn = fn;
         slots[p].ctx = ctx;
         slots[p].parts = parts;
+        __atomic_store_n(&slots[p].state, SLOT_POSTED, __ATOMIC_RELEASE);
         __atomic_add_fetch(&slots[p].ticket, 1, __ATOMIC_SEQ_CST);
     }
     if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
@@ -196,6 +214,15 @@ pool_dispatch(PartFn fn, void *ctx, idx parts)
         pthread_mutex_unlock(&pool.lock);
     }
     fn(ctx, 0, parts);
+    if (optional) {
+        for (idx p = 1; p < parts; p++) {
+            int posted = SLOT_POSTED;
+            if (__atomic_compare_exchange_n(&slots[p].state, &posted, SLOT_CANCELLED, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                __atomic_sub_fetch(&pool.pending, 1, __ATOMIC_ACQ_REL);
+            }
+        }
+    }
     while (__atomic_load_n(&pool.pending, __ATOMIC_ACQUIRE) > 0) {
         cpu_relax();
     }
@@ -212,6 +239,9 @@ after_fork_in_child(void)
     pool.sleepers = 0;
     pool.busy = 0;
     pool.pending = 0;
+    for (int i = 0; i <= MAX_WORKERS; i++) {
+        slots[i].state = SLOT_IDLE;
+    }
     on_worker = 0;
 }
 
@@ -308,15 +338,18 @@ blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *j
         return;
     }
     BlasCall call = {dojob, elsize, (char *)jobdata, dojob_data};
-    pool_dispatch(blas_part, &call, numjobs);
+    pool_dispatch(blas_part, &call, numjobs, 0);
     pool_release();
 }
 
-void
+/* fn(ctx, p, parts) for every p in [0, parts), at once on the pool when it is free, else
+ * one after another here. Pieces must share out their work (range_part): a worker that
+ * has not started when piece 0 ends is not waited for. */
+static void
 parallel_run(PartFn fn, void *ctx, idx parts)
 {
     if (parts > 1 && pool_acquire(parts)) {
-        pool_dispatch(fn, ctx, parts);
+        pool_dispatch(fn, ctx, parts, 1);
         pool_release();
         return;
     }
@@ -343,7 +376,7 @@ blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *j
     }
 }
 
-void
+static void
 parallel_run(PartFn fn, void *ctx, idx parts)
 {
     for (idx p = 0; p < parts; p++) {
@@ -371,35 +404,59 @@ parallel_parts(idx items, idx min_items)
     return parts < 1 ? 1 : parts;
 }
 
-void
+/* Piece `part` of `parts` of [0, items): [begin, end). */
+static void
 parallel_range(idx part, idx parts, idx items, idx *begin, idx *end)
 {
     *begin = items * part / parts;
     *end = items * (part + 1) / parts;
 }
 
+/* A range call shared out in `chunks` consecutive ranges, taken one at a time by
+ * whoever runs a piece: a thread that starts late or runs slow (another job on its core)
+ * takes fewer, and the caller alone takes all of them when no worker starts. */
 typedef struct {
     RangeFn fn;
     void *ctx;
-    idx items;
+    idx items, chunks;
+    idx next; /* the next chunk to take */
 } RangeCall;
 
 static void
 range_part(void *ctx, idx part, idx parts)
 {
-    const RangeCall *call = (const RangeCall *)ctx;
-    idx begin, end;
-    parallel_range(part, parts, call->items, &begin, &end);
-    if (begin < end) {
-        call->fn(call->ctx, begin, end);
+    (void)part;
+    (void)parts;
+    RangeCall *call = (RangeCall *)ctx;
+    for (;;) {
+        const idx chunk = __atomic_fetch_add(&call->next, 1, __ATOMIC_RELAXED);
+        if (chunk >= call->chunks) {
+            return;
+        }
+        idx begin, end;
+        parallel_range(chunk, call->chunks, call->items, &begin, &end);
+        if (begin < end) {
+            call->fn(call->ctx, begin, end);
+        }
     }
 }
+
+/* Chunks per thread: enough to even out a slow thread, few enough that each is worth
+ * handing out. */
+#define CHUNKS_PER_THREAD 4
 
 void
 parallel_for(RangeFn fn, void *ctx, idx items, idx min_items)
 {
-    RangeCall call = {fn, ctx, items};
-    parallel_run(range_part, &call, parallel_parts(items, min_items));
+    const idx parts = parallel_parts(items, min_items);
+    idx chunks = parts;
+    if (parts > 1) {
+        const idx most = items / (min_items > 0 ? min_items : 1);
+        chunks = parts * CHUNKS_PER_THREAD < most ? parts * CHUNKS_PER_THREAD : most;
+        chunks = chunks < parts ? parts : chunks;
+    }
+    RangeCall call = {fn, ctx, items, chunks, 0};
+    parallel_run(range_part, &call, parts);
 }
 
 PyObject *

@@ -3,7 +3,10 @@
 numpy runs a 3x3 depthwise convolution, an im2col, a conv epilogue (bias + residual +
 activation), a max pool, GELU, a row-wise Softmax or LayerNormalization as several
 whole-array passes, many of them over short rows; the C extension runs each as one
-vectorized pass (and the transforms of :mod:`onyxrt_cpu.kernels.winograd`). It is built by ``pip install`` when a C
+vectorized pass (and the transforms of :mod:`onyxrt_cpu.kernels.winograd`), split over
+the thread pool it shares with OpenBLAS (:mod:`onyxrt_cpu.blas_threads`). It also has a
+GEMM for products with a constant operand, packed once, that applies the epilogue to
+each tile before storing it (:func:`gemm`). It is built by ``pip install`` when a C
 compiler is present (setup.py) and is optional: without it, or with
 ``ONYXRT_CPU_NATIVE=0`` in the environment, every kernel runs its numpy path, which
 computes the same values (the tests compare the two).
@@ -91,8 +94,10 @@ def status() -> str:
         return f"numpy kernels only: {UNAVAILABLE_REASON}"
     if not ENABLED:
         return "compiled kernels built, switched off by ONYXRT_CPU_NATIVE=0"
+    gemm = ("GEMM for constant operands" if GEMM_PREFERRED
+            else "GEMM built but not used: this CPU has no AVX-512")
     return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
-            "MaxPool, GELU, Softmax, LayerNormalization) enabled")
+            f"MaxPool, GELU, Softmax, LayerNormalization; {gemm}) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:

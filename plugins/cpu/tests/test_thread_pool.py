@@ -207,6 +207,25 @@ def test_many_python_threads_share_the_pool(pool):
     assert all(f.result() for f in done)
 
 
+def test_workers_late_or_asleep_never_lose_or_repeat_work(pool):
+    """Thousands of small split calls, some after pauses long enough for the workers to
+    fall asleep: the caller takes back pieces no worker started, a worker that wakes late
+    runs only what is still its own, and every output is written exactly once (an
+    accumulating epilogue would show a range done twice or not at all)."""
+    import time
+
+    rng = np.random.default_rng(9)
+    y0 = rng.standard_normal((1, 64, 24, 24), dtype=np.float32)
+    bias = np.ones(64, np.float32)
+    want = y0 + 1
+    for i in range(3000):
+        y = y0.copy()
+        assert native.epilogue(y, bias, None)
+        np.testing.assert_array_equal(y, want)
+        if i % 100 == 0:
+            time.sleep(0.001)  # longer than the workers' polling: they go to sleep
+
+
 def test_more_blas_threads_than_cores(pool):
     """OPENBLAS_NUM_THREADS above the core count: each of OpenBLAS's jobs still gets a
     thread of its own (its level-3 jobs wait for each other)."""
