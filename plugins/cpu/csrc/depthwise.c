@@ -93,13 +93,126 @@ depthwise_planes(void *ctx, idx begin, idx end)
     phase_work_close(&work);
 }
 
-/* Split by input planes; -1 when work buffers cannot be allocated. */
+/* Small planes, 16 channels at a time ("lanes"): on a 7x7 or 14x14 plane the phase-plane
+ * loops above are mostly setup (a dozen short rows to copy, pad and compact per plane),
+ * so instead the 16 channels' padded inputs are interleaved (position-major, 16 floats per
+ * position) and every output position is one 16-wide multiply-add per tap, with no
+ * wasted lane, then spread back into the 16 output planes. The taps are summed in the
+ * same order as onyxrt_depthwise_taps, so the results are the same bits. */
+#define LANES 16
+/* Where lanes win here (measured per MobileNetV2 layer against the phase planes): output
+ * planes of up to 64 positions (7x7: 2.2x faster), or 256 with a stride (14x14 from
+ * 28x28: 1.3x; 7x7 from 14x14: 2x). Stride-1 14x14 planes were 10-20% slower: their rows
+ * already vectorize, and interleaving costs a pass each way. */
+#define LANE_PLANE 64
+#define LANE_PLANE_STRIDED 256
+
+typedef float v16l __attribute__((vector_size(64), aligned(4)));
+
+/* The 16 output planes' values at every position of `out` (oh * ow positions x 16). */
+MULTIVERSION static void
+depthwise_lanes_taps(const float *in, idx wp, const idx *offsets, idx taps, const float *wt,
+                     const Geometry *g, float *out)
+{
+    for (idx oy = 0; oy < g->oh; oy++) {
+        for (idx ox = 0; ox < g->ow; ox++) {
+            const float *base = in + (oy * g->sh * wp + ox * g->sw) * LANES;
+            v16l acc = *(const v16l *)wt * *(const v16l *)(base + offsets[0]);
+            for (idx t = 1; t < taps; t++) {
+                acc += *(const v16l *)(wt + t * LANES) * *(const v16l *)(base + offsets[t]);
+            }
+            *(v16l *)(out + (oy * g->ow + ox) * LANES) = acc;
+        }
+    }
+}
+
+/* Groups [begin, end) of 16 channels (group = image * channels / 16 + channel / 16). */
+static void
+depthwise_lane_groups(void *ctx, idx begin, idx end)
+{
+    const Depthwise *d = (const Depthwise *)ctx;
+    const Geometry *g = d->g;
+    const idx taps = g->kh * g->kw, positions = g->oh * g->ow, plane = g->h * g->w;
+    /* the padded input box the outputs read */
+    const idx hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    const idx wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    float *in = (float *)malloc(sizeof(float) * (size_t)(hp * wp * LANES));
+    float *out = (float *)malloc(sizeof(float) * (size_t)(positions * LANES));
+    float *wt = (float *)malloc(sizeof(float) * (size_t)(taps * LANES));
+    idx *offsets = (idx *)malloc(sizeof(idx) * (size_t)taps);
+    if (in == NULL || out == NULL || wt == NULL || offsets == NULL) {
+        __atomic_store_n(&((Depthwise *)ctx)->failed, 1, __ATOMIC_RELAXED);
+        free(in);
+        free(out);
+        free(wt);
+        free(offsets);
+        return;
+    }
+    for (idx ky = 0; ky < g->kh; ky++) {
+        for (idx kx = 0; kx < g->kw; kx++) {
+            offsets[ky * g->kw + kx] = (ky * g->dh * wp + kx * g->dw) * LANES;
+        }
+    }
+    const idx groups_per_image = g->c / LANES;
+    for (idx group = begin; group < end; group++) {
+        const idx n = group / groups_per_image, c0 = (group % groups_per_image) * LANES;
+        const float *x = d->x + (n * g->c + c0) * plane;
+        for (idx r = 0; r < hp; r++) {
+            const idx iy = r - g->ph;
+            for (idx q = 0; q < wp; q++) {
+                const idx ix = q - g->pw;
+                float *dst = in + (r * wp + q) * LANES;
+                if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) {
+                    fill(dst, LANES, 0.0f);
+                } else {
+                    const float *src = x + iy * g->w + ix;
+                    for (idx j = 0; j < LANES; j++) {
+                        dst[j] = src[j * plane];
+                    }
+                }
+            }
+        }
+        for (idx t = 0; t < taps; t++) {
+            for (idx j = 0; j < LANES; j++) {
+                wt[t * LANES + j] = d->w[(c0 + j) * taps + t];
+            }
+        }
+        depthwise_lanes_taps(in, wp, offsets, taps, wt, g, out);
+        for (idx j = 0; j < LANES; j++) {
+            const idx oc = c0 + j;
+            float *yo = d->y + (n * g->c + oc) * positions;
+            for (idx p = 0; p < positions; p++) {
+                yo[p] = out[p * LANES + j];
+            }
+            if (d->bias || d->z || d->act != ACT_NONE) {
+                onyxrt_epilogue(yo, 0, 1, 1, positions, d->bias ? d->bias + oc : NULL,
+                                d->z ? d->z + (yo - d->y) : NULL, d->act, d->p0, d->p1);
+            }
+        }
+    }
+    free(in);
+    free(out);
+    free(wt);
+    free(offsets);
+}
+
+/* Split by input planes (or groups of 16 of them on small planes); -1 when work buffers
+ * cannot be allocated. */
 static int
 onyxrt_depthwise(Depthwise *d)
 {
     const Geometry *g = d->g;
     const idx plane_work = g->oh * g->ow * g->kh * g->kw * d->m_per_g;
-    parallel_for(depthwise_planes, d, g->n * g->c, 1 + MIN_PARALLEL_FLOATS / (plane_work + 1));
+    const idx positions = g->oh * g->ow;
+    const int strided = g->sh > 1 || g->sw > 1;
+    if (d->m_per_g == 1 && g->c % LANES == 0 &&
+        (positions <= LANE_PLANE || (strided && positions <= LANE_PLANE_STRIDED))) {
+        parallel_for(depthwise_lane_groups, d, g->n * g->c / LANES,
+                     1 + MIN_PARALLEL_FLOATS / (plane_work * LANES + 1));
+    } else {
+        parallel_for(depthwise_planes, d, g->n * g->c,
+                     1 + MIN_PARALLEL_FLOATS / (plane_work + 1));
+    }
     return d->failed ? -1 : 0;
 }
 

@@ -78,6 +78,12 @@ GEOMETRIES = [
     (1, 6, 8, 9, 1, (3, 2), (3, 2), (1, 1), (1, 0), (2, 1)),  # odd stride, rectangular
     (2, 4, 1, 1, 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),  # 1x1 image: all padding
     (1, 4, 5, 6, 1, (3, 3), (2, 2), (1, 1), (0, 0), (0, 0)),  # unpadded, stride 2
+    # 16 channels at a time on small planes (depthwise.c's lanes), and next to them:
+    (2, 32, 7, 7, 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),  # 7x7, stride 1
+    (1, 48, 14, 14, 1, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),  # 14x14 -> 7x7
+    (1, 16, 9, 8, 1, (5, 3), (2, 1), (2, 1), (3, 0), (1, 2)),  # dilated, rectangular, uneven pads
+    (1, 16, 2, 3, 1, (3, 3), (1, 1), (1, 1), (2, 2), (2, 2)),  # pads wider than the image
+    (1, 40, 7, 7, 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),  # 40 channels: phase planes
 ]
 
 
