@@ -57,6 +57,16 @@ typedef struct {
     int failed; /* a piece could not allocate its work buffers */
 } Depthwise;
 
+/* The epilogue on output plane yo (channel oc) while it is in cache. */
+static void
+finish_plane(const Depthwise *d, idx oc, float *yo)
+{
+    if (d->bias || d->z || d->act != ACT_NONE) {
+        onyxrt_epilogue(yo, 0, 1, 1, d->g->oh * d->g->ow, d->bias ? d->bias + oc : NULL,
+                        d->z ? d->z + (yo - d->y) : NULL, d->act, d->p0, d->p1);
+    }
+}
+
 /* Input planes [begin, end). */
 static void
 depthwise_planes(void *ctx, idx begin, idx end)
@@ -84,10 +94,7 @@ depthwise_planes(void *ctx, idx begin, idx end)
                                       work.p.span);
             }
             phase_work_store(&work, target, yo, g);
-            if (d->bias || d->z || d->act != ACT_NONE) {
-                onyxrt_epilogue(yo, 0, 1, 1, g->oh * g->ow, d->bias ? d->bias + oc : NULL,
-                                d->z ? d->z + (yo - d->y) : NULL, d->act, d->p0, d->p1);
-            }
+            finish_plane(d, oc, yo);
         }
     }
     phase_work_close(&work);
@@ -184,10 +191,7 @@ depthwise_lane_groups(void *ctx, idx begin, idx end)
             for (idx p = 0; p < positions; p++) {
                 yo[p] = out[p * LANES + j];
             }
-            if (d->bias || d->z || d->act != ACT_NONE) {
-                onyxrt_epilogue(yo, 0, 1, 1, positions, d->bias ? d->bias + oc : NULL,
-                                d->z ? d->z + (yo - d->y) : NULL, d->act, d->p0, d->p1);
-            }
+            finish_plane(d, oc, yo);
         }
     }
     free(in);

@@ -39,16 +39,16 @@ typedef int32_t i16v __attribute__((vector_size(64)));
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-/* What the last k block applies to a full tile before storing it (see GemmFinish):
- * pointers already at the tile's first row / column. */
+/* What is applied to each finished tile of C while it is in cache: a bias per row (a
+ * convolution's output channel) or per column (a MatMul's output feature), a residual z
+ * (C's shape, row stride ldz), then an activation (ACT_*), as onyxrt_epilogue does. For
+ * one tile (tile_finish) the pointers start at the tile's first row and column. */
 typedef struct {
-    const float *row_bias; /* 8 values or NULL */
-    const float *col_bias; /* 32 values or NULL */
-    const float *z;        /* the tile of z or NULL, row stride ldz */
+    const float *row_bias, *col_bias, *z;
     idx ldz;
     int act;
     float p0, p1;
-} TileFinish;
+} GemmFinish;
 
 /* mask ? a : b for float vectors, through their bits (C has no vector ?:). */
 static inline __attribute__((always_inline)) v16
@@ -60,7 +60,7 @@ select16(i16v mask, v16 a, v16 b)
 /* One accumulator of row i, columns [16 half, 16 half + 16): + biases + z, activation;
  * the same operations in the same order as onyxrt_epilogue. */
 static inline __attribute__((always_inline)) v16
-finish16(v16 v, const TileFinish *f, int i, int half)
+finish16(v16 v, const GemmFinish *f, int i, int half)
 {
     if (f->col_bias) {
         v += *(const v16 *)(f->col_bias + 16 * half);
@@ -95,7 +95,7 @@ finish16(v16 v, const TileFinish *f, int i, int half)
  * then `finish` (NULL: none) while the tile is still in registers. */
 MULTIVERSION static void
 gemm_tile(const float *restrict pa, const float *restrict pb, idx kc, float *restrict c, idx ldc,
-          int accumulate, const TileFinish *finish)
+          int accumulate, const GemmFinish *finish)
 {
     v16 acc[GEMM_MR][2];
     for (int i = 0; i < GEMM_MR; i++) {
@@ -229,36 +229,34 @@ pack_parallel(const float *src, idx ls, idx ks, idx lines, idx k, int side_b, fl
                  1 + MIN_PARALLEL_FLOATS / (width * k + 1));
 }
 
-/* What is applied to each finished tile of C while it is in cache: a bias per row (a
- * convolution's output channel) or per column (a MatMul's output feature), a residual z
- * (C's shape, row stride ldz), then an activation (ACT_*), as onyxrt_epilogue does. */
-typedef struct {
-    const float *row_bias, *col_bias, *z;
-    idx ldz;
-    int act;
-    float p0, p1;
-} GemmFinish;
-
 static int
 finish_needed(const GemmFinish *f)
 {
     return f->row_bias || f->col_bias || f->z || f->act != ACT_NONE;
 }
 
-/* The finish on the mm x nn tile of C at (m0, n0). */
+/* f for the tile of C at (m0, n0). */
+static GemmFinish
+tile_finish(const GemmFinish *f, idx m0, idx n0)
+{
+    return (GemmFinish){f->row_bias ? f->row_bias + m0 : NULL, f->col_bias ? f->col_bias + n0 : NULL,
+                        f->z ? f->z + m0 * f->ldz + n0 : NULL, f->ldz, f->act, f->p0, f->p1};
+}
+
+/* The finish (tile_finish's, for this tile) on the mm x nn tile c, row by row: tiles at
+ * C's edge, which the full-tile kernel does not take. */
 static void
-finish_tile(float *c, idx ldc, idx m0, idx n0, idx mm, idx nn, const GemmFinish *f)
+finish_tile(float *c, idx ldc, idx mm, idx nn, const GemmFinish *f)
 {
     for (idx i = 0; i < mm; i++) {
         float *cr = c + i * ldc;
         if (f->col_bias) {
-            const float *cb = f->col_bias + n0;
             for (idx j = 0; j < nn; j++) {
-                cr[j] += cb[j];
+                cr[j] += f->col_bias[j];
             }
         }
-        onyxrt_epilogue(cr, 0, 1, 1, nn, f->row_bias ? f->row_bias + m0 + i : NULL,
-                        f->z ? f->z + (m0 + i) * f->ldz + n0 : NULL, f->act, f->p0, f->p1);
+        onyxrt_epilogue(cr, 0, 1, 1, nn, f->row_bias ? f->row_bias + i : NULL,
+                        f->z ? f->z + i * f->ldz : NULL, f->act, f->p0, f->p1);
     }
 }
 
@@ -307,21 +305,17 @@ gemm_range(void *ctx, idx begin, idx end)
                 const idx m0 = q * GEMM_MR, mm = g->m - m0 < GEMM_MR ? g->m - m0 : GEMM_MR;
                 const float *ap = g->pa + k0 * mpan * GEMM_MR + q * kc * GEMM_MR;
                 float *ct = g->c + m0 * g->ldc + n0;
-                const int last = k0 + kc == g->k;
+                const int finishing = g->finish && k0 + kc == g->k;
+                GemmFinish tf;
+                if (finishing) {
+                    tf = tile_finish(g->finish, m0, n0);
+                }
                 if (mm == GEMM_MR && nn == GEMM_NR) {
-                    TileFinish tf;
-                    if (g->finish && last) {
-                        const GemmFinish *f = g->finish;
-                        tf = (TileFinish){f->row_bias ? f->row_bias + m0 : NULL,
-                                          f->col_bias ? f->col_bias + n0 : NULL,
-                                          f->z ? f->z + m0 * f->ldz + n0 : NULL, f->ldz, f->act,
-                                          f->p0, f->p1};
-                    }
-                    gemm_tile(ap, bp, kc, ct, g->ldc, k0 > 0, g->finish && last ? &tf : NULL);
+                    gemm_tile(ap, bp, kc, ct, g->ldc, k0 > 0, finishing ? &tf : NULL);
                 } else {
                     gemm_edge_tile(ap, bp, kc, ct, g->ldc, mm, nn, k0 > 0);
-                    if (g->finish && last) {
-                        finish_tile(ct, g->ldc, m0, n0, mm, nn, g->finish);
+                    if (finishing) {
+                        finish_tile(ct, g->ldc, mm, nn, &tf);
                     }
                 }
             }
@@ -348,7 +342,7 @@ onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx 
             fill(c + i * ldc, n, 0.0f);
         }
         if (finish) {
-            finish_tile(c, ldc, 0, 0, m, n, finish);
+            finish_tile(c, ldc, m, n, finish);
         }
         return 0;
     }

@@ -75,13 +75,10 @@ int parse_geometry(PyObject *tuple, Geometry *g);
 typedef void (*OpenblasJobFn)(int thread_num, void *jobdata, int dojob_data);
 void threads_init(void);
 /* fn(ctx, begin, end) over consecutive ranges covering [0, items), each range once, on
- * as many threads as parallel_parts(items, min_items) says (ranges are handed out as
- * threads ask, so a slow thread takes fewer). */
+ * up to the pool's threads with at least `min_items` items each, so that small work
+ * stays on the caller (ranges are handed out as threads ask: a slow thread takes fewer). */
 typedef void (*RangeFn)(void *ctx, idx begin, idx end);
 void parallel_for(RangeFn fn, void *ctx, idx items, idx min_items);
-/* How many threads to split `items` over: at most the pool's, with at least
- * `min_items` each (so small work stays on the caller). */
-idx parallel_parts(idx items, idx min_items);
 /* Below this many floats of work, a piece costs more to hand to a worker than to do. */
 #define MIN_PARALLEL_FLOATS 16384
 void blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,

@@ -386,7 +386,10 @@ parallel_run(PartFn fn, void *ctx, idx parts)
 
 #endif
 
-idx
+/* How many threads to split `items` over: at most the pool's (OpenBLAS's current count
+ * when it runs on the pool), with at least `min_items` each (so small work stays on the
+ * caller). */
+static idx
 parallel_parts(idx items, idx min_items)
 {
     if (!kernels_split) {

@@ -110,7 +110,7 @@ class FusedMatMul(Kernel):
             fused_bias = bias if self.attrs.alpha == 1.0 and _is_row_vector(bias, n) else None
             y = _packed_product(am, self._b_gemm, fused_bias)
             if y is not None and fused_bias is not None:
-                return (y.astype(a.dtype, copy=False),)
+                bias = None  # added already, tile by tile
         if y is None:
             if b is self._b_src and self._b_packed is not None and self._b_packed.dtype == cdt:
                 bm = self._b_packed
