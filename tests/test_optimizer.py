@@ -165,7 +165,7 @@ def test_batch_norm_folds_into_conv_at_the_basic_level(tmp_path):
 @pytest.mark.parametrize("residual", [False, True])
 def test_conv_activation_and_residual_fuse(tmp_path, activation, residual):
     model = _conv_bn_model(activation, residual)
-    assert _optimized_ops(model, tmp_path) == ["FusedConv"]
+    assert _optimized_ops(model, tmp_path, LEVEL.ORT_ENABLE_EXTENDED) == ["FusedConv"]
     feeds = {"x": _randn(2, 3, 6, 6)}
     if residual:
         feeds["z"] = _randn(2, 8, 6, 6, seed=1)
@@ -346,7 +346,7 @@ def test_architectures_keep_their_outputs_and_lose_nodes(tmp_path, name):
 def test_set_providers_reoptimizes_for_the_new_providers(tmp_path):
     pytest.importorskip("onyxrt_simnpu")
     model = _conv_bn_model("Relu", residual=False)
-    session = _session(model)
+    session = _session(model, LEVEL.ORT_ENABLE_EXTENDED)
     assert [n.op_type for n in session.placement.nodes] == ["FusedConv"]
     session.set_providers(["SimNPUExecutionProvider", "CPUExecutionProvider"])
     assert [n.op_type for n in session.placement.nodes] == ["Conv", "Relu"]
@@ -355,7 +355,8 @@ def test_set_providers_reoptimizes_for_the_new_providers(tmp_path):
 def test_every_pass_is_named_and_levelled():
     names = [p.name for p in PASSES]
     assert len(set(names)) == len(names)
-    assert all(p.level in (LEVEL.ORT_ENABLE_BASIC, LEVEL.ORT_ENABLE_EXTENDED) for p in PASSES)
+    assert all(p.level in (LEVEL.ORT_ENABLE_BASIC, LEVEL.ORT_ENABLE_EXTENDED, LEVEL.ORT_ENABLE_LAYOUT)
+               for p in PASSES)
 
 
 def test_constants_of_higher_rank_that_broadcast_block_the_fusion(tmp_path):
@@ -379,3 +380,100 @@ def test_constants_of_higher_rank_that_broadcast_block_the_fusion(tmp_path):
     )
     assert _optimized_ops(model, tmp_path) == ["MatMul", "Mul"]
     _assert_equivalent(model, {"x": _randn(2, 3)})
+
+
+# -- layout: NCHWc ------------------------------------------------------------------------
+
+def _nchwc_kernels_built() -> bool:
+    try:
+        from onyxrt_cpu import native
+    except ImportError:
+        return False
+    return native.ENABLED
+
+
+nchwc_kernels = pytest.mark.skipif(
+    not _nchwc_kernels_built(),
+    reason="the CPU provider's compiled kernels (which the NCHWc operators need) are not built",
+)
+
+
+def _mobile_block_model(c_in: int = 3, extra_output: bool = False) -> onnx.ModelProto:
+    """A first conv on the image, a depthwise conv, a pointwise projection with a residual,
+    a pool and a classifier: every way the layout pass converts and leaves NCHW."""
+    rng = np.random.default_rng(7)
+    inits = {
+        "w0": rng.standard_normal((24, c_in, 3, 3)).astype(np.float32) * 0.3,
+        "b0": rng.standard_normal(24).astype(np.float32),
+        "wd": rng.standard_normal((24, 1, 3, 3)).astype(np.float32) * 0.3,
+        "wp": rng.standard_normal((24, 24, 1, 1)).astype(np.float32) * 0.3,
+        "bp": rng.standard_normal(24).astype(np.float32),
+        "lo": np.array(0.0, np.float32),
+        "hi": np.array(6.0, np.float32),
+        "fc": rng.standard_normal((24, 5)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], name="stem", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+        helper.make_node("Conv", ["r0", "wd"], ["d"], name="dw", group=24, auto_pad="SAME_UPPER"),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["dc"], name="clip"),
+        helper.make_node("Conv", ["dc", "wp", "bp"], ["p"], name="project"),
+        helper.make_node("Add", ["p", "r0"], ["s"], name="residual"),
+        helper.make_node("GlobalAveragePool", ["s"], ["g"], name="pool"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+    ]
+    outputs = [tensor("y", [2, 5])] + ([tensor("r0", [2, 24, 9, 9])] if extra_output else [])
+    return make_model(nodes, [tensor("x", [2, c_in, 17, 17])], outputs, inits)
+
+
+@nchwc_kernels
+@pytest.mark.parametrize("extra_output", [False, True])
+def test_layout_pass_runs_conv_chains_in_nchwc(tmp_path, extra_output):
+    model = _mobile_block_model(extra_output=extra_output)
+    ops = _optimized_ops(model, tmp_path)
+    # the stem reads the 3-channel image as it is: no ReorderInput; one ReorderOutput after
+    # the pool (and one for the extra output, which stays in NCHW under its name)
+    assert ops.count("NchwcConv") == 3 and "NchwcGlobalAveragePool" in ops
+    assert "ReorderInput" not in ops and ops.count("ReorderOutput") == 1 + extra_output
+    assert "Conv" not in ops and "FusedConv" not in ops
+    _assert_equivalent(model, {"x": _randn(2, 3, 17, 17)})
+    # the saved model runs as it is, and the layout waits for its level
+    again = onyxrt.InferenceSession(str(tmp_path / "optimized.onnx"))
+    feeds = {"x": _randn(2, 3, 17, 17, seed=2)}
+    for a, b in zip(again.run(None, feeds), _session(model).run(None, feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert "NchwcConv" not in _optimized_ops(model, tmp_path, LEVEL.ORT_ENABLE_EXTENDED)
+
+
+@nchwc_kernels
+def test_layout_pass_reorders_a_wide_graph_input(tmp_path):
+    model = _mobile_block_model(c_in=20)
+    ops = _optimized_ops(model, tmp_path)
+    assert ops[0] == "ReorderInput" and ops.count("NchwcConv") == 3
+    _assert_equivalent(model, {"x": _randn(2, 20, 17, 17)})
+
+
+@nchwc_kernels
+def test_layout_pass_leaves_what_it_cannot_run(tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4, 3, 3))
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], name="double"),            # float64
+        helper.make_node("Conv", ["x32", "w_in"], ["b"], name="fed_weights"),  # W not constant
+        helper.make_node("Conv", ["x32", "wg"], ["c"], name="grouped", group=2),  # 2 channels per group
+    ]
+    model = make_model(
+        nodes,
+        [tensor("x", [1, 4, 6, 6], TensorProto.DOUBLE), tensor("x32", [1, 4, 6, 6]), tensor("w_in", [8, 4, 3, 3])],
+        [tensor("a", [1, 8, 4, 4], TensorProto.DOUBLE), tensor("b", [1, 8, 4, 4]), tensor("c", [1, 8, 4, 4])],
+        {"w": w, "wg": rng.standard_normal((8, 2, 3, 3)).astype(np.float32)},
+    )
+    assert _optimized_ops(model, tmp_path) == ["Conv", "Conv", "Conv"]
+
+
+def test_layout_pass_is_skipped_when_a_session_provider_lacks_the_kernels(tmp_path):
+    pytest.importorskip("onyxrt_simnpu")
+    model = _mobile_block_model()
+    ops = _optimized_ops(model, tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
+    assert not any(op.startswith(("Nchwc", "Reorder")) for op in ops)

@@ -41,7 +41,7 @@ if os.environ.get("ONYXRT_CPU_PURE", "") in ("", "0"):
             "onyxrt_cpu._native",
             sources,
             include_dirs=["csrc"],
-            depends=["csrc/native.h"],
+            depends=["csrc/native.h", "csrc/vec16.h"],
             optional=True,
         )
     ]

@@ -11,8 +11,9 @@ Levels follow onnxruntime's:
 ``ORT_ENABLE_EXTENDED``   fusions: Conv [+ residual Add] + activation → FusedConv;
                           [Transpose →] MatMul [→ scale] [→ bias] → Gemm / FusedMatMul;
                           layer normalization and GELU patterns → LayerNormalization, Gelu
-``ORT_ENABLE_LAYOUT``     no further passes: onnxruntime's layout level converts to NCHWc for
-                          its own kernels; numpy's BLAS gains nothing from it
+``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
+                          per vector; :mod:`.layout`), where the CPU provider's compiled
+                          kernels are on
 ``ORT_ENABLE_ALL``        everything above (the default)
 ========================  ==================================================================
 
@@ -35,6 +36,7 @@ from ..session_options import GraphOptimizationLevel
 from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fold_constant_nodes
 from .constant_folding import fold_constants
 from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation
+from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 from .transformer_fusions import fuse_gelu, fuse_layer_norm
@@ -60,6 +62,7 @@ def _plain(fn: Callable[[onnx.ModelProto], onnx.ModelProto]) -> Callable[[onnx.M
 
 BASIC = GraphOptimizationLevel.ORT_ENABLE_BASIC
 EXTENDED = GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+LAYOUT = GraphOptimizationLevel.ORT_ENABLE_LAYOUT
 
 # Before shape inference: passes that need no types (and make inference cheaper).
 STRUCTURAL_PASSES: tuple[Pass, ...] = (
@@ -76,6 +79,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_gelu", EXTENDED, fuse_gelu),
     Pass("fuse_matmul", EXTENDED, fuse_matmul),
     Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
+    Pass("convert_to_nchwc", LAYOUT, convert_to_nchwc),
     Pass("eliminate_dead_nodes", BASIC, _plain(eliminate_dead_nodes)),
 )
 

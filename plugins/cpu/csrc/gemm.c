@@ -25,19 +25,7 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
-#include "native.h"
-
-/* Eight rows by two 16-float vectors: 16 accumulators, 2 loads of B and 8 broadcasts of
- * A per step of k. On AVX-512 that is 16 of the 32 vector registers; with AVX2 the
- * compiler splits each vector in two and spills some (correct, slower: onyxrt_cpu.native
- * routes GEMMs here only where AVX-512 is present). */
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t i16v __attribute__((vector_size(64)));
-#if defined(__GNUC__) && !defined(__clang__)
-/* The helpers below pass vectors by value; they are always inlined into the kernel's
- * clones, so no call with the baseline ABI is ever made. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+#include "vec16.h"
 
 /* What is applied to each finished tile of C while it is in cache: a bias per row (a
  * convolution's output channel) or per column (a MatMul's output feature), a residual z
@@ -49,13 +37,6 @@ typedef struct {
     int act;
     float p0, p1;
 } GemmFinish;
-
-/* mask ? a : b for float vectors, through their bits (C has no vector ?:). */
-static inline __attribute__((always_inline)) v16
-select16(i16v mask, v16 a, v16 b)
-{
-    return (v16)((mask & (i16v)a) | (~mask & (i16v)b));
-}
 
 /* One accumulator of row i, columns [16 half, 16 half + 16): + biases + z, activation;
  * the same operations in the same order as onyxrt_epilogue. */
@@ -71,26 +52,13 @@ finish16(v16 v, const GemmFinish *f, int i, int half)
     if (f->z) {
         v += *(const v16 *)(f->z + i * f->ldz + 16 * half);
     }
-    const v16 zero = {0};
-    switch (f->act) {
-    case ACT_RELU: /* (v < 0) ? 0 : v: NaN stays NaN */
-        v = select16(v < zero, zero, v);
-        break;
-    case ACT_CLIP: {
-        const v16 lo = zero + f->p0, hi = zero + f->p1;
-        v = select16(v < lo, lo, v);
-        v = select16(v > hi, hi, v);
-        break;
-    }
-    case ACT_LEAKY:
-        v = select16(v < zero, v * f->p0, v);
-        break;
-    default:
-        break;
-    }
-    return v;
+    return activate16(v, f->act, f->p0, f->p1);
 }
 
+/* Eight rows by two 16-float vectors: 16 accumulators, 2 loads of B and 8 broadcasts of
+ * A per step of k. On AVX-512 that is 16 of the 32 vector registers; with AVX2 the
+ * compiler splits each vector in two and spills some (correct, slower: onyxrt_cpu.native
+ * routes GEMMs here only where AVX-512 is present). */
 /* A full MR x NR tile of C (row stride ldc) = the panels' product, + C when accumulate,
  * then `finish` (NULL: none) while the tile is still in registers. */
 MULTIVERSION static void

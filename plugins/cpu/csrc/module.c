@@ -40,6 +40,14 @@ static PyMethodDef methods[] = {
     {"blas_hooks", py_blas_hooks, METH_VARARGS,
      "blas_hooks(get_num_threads_address) -> address of the OpenBLAS threads callback; "
      "kernels then split over OpenBLAS's current thread count (0: none)."},
+    {"nchwc_conv", py_nchwc_conv, METH_VARARGS,
+     "nchwc_conv(x, blocked, groups, geometry, filters, out_blocks, y[, bias, z, act, p0, p1]): "
+     "convolution into NCHWc y from NCHWc (blocked) or NCHW x, filters packed."},
+    {"nchwc_depthwise", py_nchwc_depthwise, METH_VARARGS,
+     "nchwc_depthwise(x, filters, y, geometry[, bias, z, act, p0, p1]): depthwise "
+     "convolution in NCHWc (geometry's C counts blocks of 16)."},
+    {"nchwc_reorder", py_nchwc_reorder, METH_VARARGS,
+     "nchwc_reorder(src, dst, N, C, plane, to_nchwc): NCHW <-> NCHWc (blocks of 16)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,9 @@
  * onyxrt_cpu._native: the CPU provider's compiled inner loops (float32): what the source
  * files share. One file per concept: buffers.c (argument checks), epilogue.c, phases.c
  * (the phase planes of strided windows), depthwise.c, pool.c, im2col.c, winograd.c,
- * activation.c (GELU, Softmax), normalization.c (LayerNormalization), module.c.
+ * activation.c (GELU, Softmax), normalization.c (LayerNormalization), gemm.c, nchwc.c
+ * (convolutions in the blocked channel layout), threads.c, module.c; vec16.h holds the
+ * vector helpers of the register-tiled kernels.
  *
  * numpy runs these operations as several whole-array passes with short inner loops
  * (a 3x3 depthwise convolution is ~19 passes over 7-element rows at 7x7); here each is
@@ -140,6 +142,9 @@ PyObject *py_gemm(PyObject *self, PyObject *args);
 PyObject *py_gemm_info(PyObject *self, PyObject *args);
 PyObject *py_set_threads(PyObject *self, PyObject *args);
 PyObject *py_blas_hooks(PyObject *self, PyObject *args);
+PyObject *py_nchwc_conv(PyObject *self, PyObject *args);
+PyObject *py_nchwc_depthwise(PyObject *self, PyObject *args);
+PyObject *py_nchwc_reorder(PyObject *self, PyObject *args);
 
 /* Row helpers shared by activation.c and normalization.c. */
 

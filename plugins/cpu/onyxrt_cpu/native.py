@@ -53,6 +53,14 @@ __all__ = [
     "pack_gemm_a",
     "pack_gemm_b",
     "gemm",
+    "NCHWC_BLOCK",
+    "pack_nchwc_filters",
+    "pack_nchwc_depthwise",
+    "pad_channels",
+    "nchwc_conv",
+    "nchwc_depthwise",
+    "to_nchwc",
+    "from_nchwc",
 ]
 
 _native: Any
@@ -97,7 +105,7 @@ def status() -> str:
     gemm = ("GEMM for constant operands" if GEMM_PREFERRED
             else "GEMM built but not used: this CPU has no AVX-512")
     return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
-            f"MaxPool, GELU, Softmax, LayerNormalization; {gemm}) enabled")
+            f"MaxPool, GELU, Softmax, LayerNormalization, NCHWc convolutions; {gemm}) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:
@@ -393,3 +401,117 @@ def gemm(
 def _rows_contiguous(x: np.ndarray) -> bool:
     """Whether the 2-D ``x``'s rows are contiguous and do not overlap."""
     return x.ndim == 2 and x.strides[1] == 4 and x.strides[0] % 4 == 0 and x.strides[0] >= 4 * x.shape[1]
+
+
+# ---------------------------------------------------------------------------- NCHWc
+#: Channels per block of the blocked layout (csrc/nchwc.c): a tensor (N, C, H, W) is
+#: held as (N, ceil(C / 16), H, W, 16), lanes past C zero.
+NCHWC_BLOCK = 16
+_PANEL = 4 * NCHWC_BLOCK  # output channels per packed filter panel (csrc/nchwc.c)
+
+
+def pad_channels(v: np.ndarray, multiple: int = NCHWC_BLOCK) -> np.ndarray:
+    """``v`` (C, ...) float32 with zeros appended along axis 0 up to a multiple of
+    ``multiple`` (a bias or filters of a channel count that is not one)."""
+    c = v.shape[0]
+    padded = np.zeros((-(-c // multiple) * multiple, *v.shape[1:]), dtype=_F32)
+    padded[:c] = v
+    return padded
+
+
+def pack_nchwc_filters(w: np.ndarray, blocked_input: bool) -> np.ndarray:
+    """Filters ``w`` (M, C, KH, KW) packed for :func:`nchwc_conv`: (panels of 4 output
+    blocks, KH, KW, groups, channels per group, 64), the input's channels in groups of 16
+    (a blocked input, C padded to the block) or of 1 (a plain NCHW input)."""
+    m, c, kh, kw = w.shape
+    cg = NCHWC_BLOCK if blocked_input else 1
+    full = pad_channels(w.astype(_F32, copy=False), _PANEL)
+    if blocked_input:
+        full = pad_channels(full.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    panels, groups = full.shape[0] // _PANEL, full.shape[1] // cg
+    shaped = full.reshape(panels, _PANEL, groups, cg, kh, kw)
+    return np.ascontiguousarray(shaped.transpose(0, 4, 5, 2, 3, 1))
+
+
+def pack_nchwc_depthwise(w: np.ndarray) -> np.ndarray:
+    """Depthwise filters ``w`` (C, 1, KH, KW) packed for :func:`nchwc_depthwise`:
+    (blocks, KH * KW, 16)."""
+    c, _, kh, kw = w.shape
+    full = pad_channels(w.astype(_F32, copy=False).reshape(c, kh * kw))
+    return np.ascontiguousarray(full.reshape(-1, NCHWC_BLOCK, kh * kw).transpose(0, 2, 1))
+
+
+def _nchwc_geometry(
+    n: int, c: int, h: int, w: int, kernel: tuple[int, ...], out: tuple[int, ...],
+    strides: tuple[int, ...], pads_begin: tuple[int, ...], dilations: tuple[int, ...],
+) -> tuple[int, ...]:
+    return (n, c, h, w, kernel[0], kernel[1], out[0], out[1], strides[0], strides[1],
+            pads_begin[0], pads_begin[1], dilations[0], dilations[1])
+
+
+def nchwc_conv(
+    x: np.ndarray,
+    filters: np.ndarray,
+    y: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+    bias: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    act: int = ACT_NONE,
+    p0: float = 0.0,
+    p1: float = 0.0,
+) -> None:
+    """``y`` (N, OB, OH, OW, 16) = act(conv(x, filters) + bias + z), zero padding. ``x`` is
+    blocked (N, G, H, W, 16) or plain NCHW (N, C, H, W, read in place); ``filters`` from
+    :func:`pack_nchwc_filters` for that layout, ``bias`` padded to OB * 16, ``z`` in
+    ``y``'s layout. Leading pads must be >= 0."""
+    blocked = x.ndim == 5
+    n, groups, h, w = x.shape[:4]
+    geometry = _nchwc_geometry(n, groups, h, w, kernel, y.shape[2:4], strides, pads_begin,
+                               dilations)
+    _native.nchwc_conv(x, blocked, groups, geometry, filters, y.shape[1], y, bias, z, act, p0, p1)
+
+
+def nchwc_depthwise(
+    x: np.ndarray,
+    filters: np.ndarray,
+    y: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+    bias: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    act: int = ACT_NONE,
+    p0: float = 0.0,
+    p1: float = 0.0,
+) -> None:
+    """Depthwise convolution (one channel per group) of blocked ``x`` (N, B, H, W, 16) into
+    ``y`` (N, B, OH, OW, 16), ``filters`` from :func:`pack_nchwc_depthwise`, zero padding,
+    then bias (padded to B * 16), residual ``z`` and activation."""
+    n, blocks, h, w = x.shape[:4]
+    geometry = _nchwc_geometry(n, blocks, h, w, kernel, y.shape[2:4], strides, pads_begin,
+                               dilations)
+    _native.nchwc_depthwise(x, filters, y, geometry, bias, z, act, p0, p1)
+
+
+def to_nchwc(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 (N, C, H, W) in the blocked layout (N, ceil(C/16), H, W, 16)."""
+    n, c, h, w = x.shape
+    y = np.empty((n, -(-c // NCHWC_BLOCK), h, w, NCHWC_BLOCK), dtype=_F32)
+    if x.size:
+        _native.nchwc_reorder(x, y, n, c, h * w, True)
+    else:
+        y.fill(0.0)
+    return y
+
+
+def from_nchwc(x: np.ndarray, channels: int) -> np.ndarray:
+    """A blocked (N, B, H, W, 16) back to (N, channels, H, W), the padding lanes dropped."""
+    n, _, h, w, _ = x.shape
+    y = np.empty((n, channels, h, w), dtype=_F32)
+    if y.size:
+        _native.nchwc_reorder(x, y, n, channels, h * w, False)
+    return y

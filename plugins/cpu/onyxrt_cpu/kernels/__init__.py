@@ -24,6 +24,7 @@ from . import (  # noqa: E402,F401
     logical,
     misc,
     ml,
+    nchwc,
     normalization,
     pool,
     quantization,

@@ -28,7 +28,7 @@ from .conv import Conv, add_channel_bias
 from .linalg import matmul
 from .normalization import LayerNormalization
 
-__all__ = ["FusedConv", "FusedMatMul"]
+__all__ = ["FusedConv", "FusedMatMul", "native_activation"]
 
 @registry.register("FusedConv", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
 class FusedConv(Conv):
@@ -37,17 +37,17 @@ class FusedConv(Conv):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.epilogue = conv_epilogue(info)
-        self.native_activation = _native_activation(
+        self.native_act = native_activation(
             info.attr("activation", "") or "", info.attr("activation_params", []) or []
         )
 
     def compute(self, x, w, b=None, z=None):
         finish = None
-        if self.native_activation is not None:
+        if self.native_act is not None:
             finish = (
                 None if b is None else b.astype(np.float32, copy=False),
                 None if z is None else z.astype(np.float32, copy=False),
-                *self.native_activation,
+                *self.native_act,
             )
         # The convolution applies bias, residual and activation in one compiled pass when
         # it can (float32, the compiled kernels on, an activation they know); if not, the
@@ -60,7 +60,7 @@ class FusedConv(Conv):
         return (y.astype(x.dtype, copy=False),)
 
 
-def _native_activation(name: str, params: list[float]) -> tuple[int, float, float] | None:
+def native_activation(name: str, params: list[float]) -> tuple[int, float, float] | None:
     """The compiled epilogue's (code, p0, p1) for this activation, or None when it has
     none (the numpy epilogue then runs)."""
     params = [float(p) for p in params]

@@ -1,0 +1,126 @@
+"""The layout pass (``ORT_ENABLE_LAYOUT``): float32 convolutions to the blocked layout NCHWc.
+
+In NCHWc a tensor (N, C, H, W) is held as (N, ceil(C/16), H, W, 16): the 16 channels of a
+pixel are one vector register, so a convolution reads its input in place instead of
+packing columns, and a depthwise convolution is one vector multiply-add per tap at any
+stride (onnxruntime's layout for the same reason; the CPU provider's kernels say more).
+
+Every ``Conv`` / ``FusedConv`` with constant float32 4-D weights and ``group`` 1 or one
+filter per channel becomes ``ai.onyxrt::NchwcConv``, reading the blocked twin of its
+input (and residual) and writing a blocked twin of its output. Twins come from the
+producer when it was converted too; otherwise a ``ReorderInput`` makes one, except that a
+``group`` 1 convolution of fewer than 16 channels (a network's first layer, reading an
+image) reads the NCHW input as it is. A ``GlobalAveragePool`` of a blocked value stays
+blocked. Wherever a converted value is read by an operator left in NCHW, or is a graph
+output, a ``ReorderOutput`` right after its producer restores it under its own name, so
+the rest of the graph is untouched.
+
+The operators exist only in the CPU provider, and only where its compiled kernels are
+on: the pass runs when every provider of the session can run them (see
+:class:`~.support.PassContext`).
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from .rewrite import DEFAULT_DOMAINS, Rewrite
+from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
+
+__all__ = ["convert_to_nchwc", "NCHWC_BLOCK"]
+
+#: Channels per block.
+NCHWC_BLOCK = 16
+
+_REQUIRED = ("NchwcConv", "ReorderInput", "ReorderOutput")
+
+
+def _int_attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    for a in node.attribute:
+        if a.name == name:
+            return int(helper.get_attribute_value(a))
+    return default
+
+
+def _convertible_conv(rw: Rewrite, node: onnx.NodeProto) -> bool:
+    """A float32 2-D Conv/FusedConv with constant weights (and bias), group 1 or depthwise."""
+    plain = node.op_type == "Conv" and node.domain in DEFAULT_DOMAINS
+    fused = node.op_type == "FusedConv" and node.domain == FUSED_DOMAIN
+    if not (plain or fused) or rw.is_removed(node):
+        return False
+    w = rw.array(node.input[1])
+    if w is None or w.ndim != 4 or str(w.dtype) != "float32":
+        return False
+    has_bias = len(node.input) > 2 and node.input[2]
+    if has_bias and rw.array(node.input[2]) is None:
+        return False
+    if any(str(rw.dtype(v)) != "float32" for v in (node.input[0], node.output[0])):
+        return False
+    group = _int_attr(node, "group", 1)
+    return group == 1 or (w.shape[1] == 1 and group == w.shape[0])
+
+
+def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
+    """Rewrite the convertible convolutions (see the module docstring) to NCHWc."""
+    if not all(ctx.can_run(FUSED_DOMAIN, op) for op in _REQUIRED):
+        return model
+    pool_blocked = ctx.can_run(FUSED_DOMAIN, "NchwcGlobalAveragePool")
+    rw = Rewrite(model, ctx.arrays)
+    twin: dict[str, str] = {}       # NCHW value -> its blocked twin
+    channels: dict[str, int] = {}   # NCHW value with a twin -> its channel count
+    converted: set[int] = set()     # ids of the nodes being replaced
+
+    # Which nodes convert depends only on the node (an input without a twin gets one from
+    # a ReorderInput), and pools only on their producer: decide all first, so that each
+    # value knows whether any reader stays in NCHW.
+    for node in model.graph.node:
+        if _convertible_conv(rw, node):
+            converted.add(id(node))
+            channels[node.output[0]] = int(rw.array(node.input[1]).shape[0])  # type: ignore[union-attr]
+        elif (
+            pool_blocked and node.op_type == "GlobalAveragePool" and node.domain in DEFAULT_DOMAINS
+            and node.input[0] in channels and not rw.is_removed(node)
+        ):
+            converted.add(id(node))
+            channels[node.output[0]] = channels[node.input[0]]
+    if not converted:
+        return model
+
+    def blocked_input(name: str, before: list[onnx.NodeProto]) -> str:
+        if name not in twin:
+            twin[name] = rw.fresh_name(f"{name}_nchwc")
+            before.append(helper.make_node("ReorderInput", [name], [twin[name]],
+                                           name=rw.fresh_name(f"{name}_reorder_in"),
+                                           domain=FUSED_DOMAIN))
+        return twin[name]
+
+    for node in model.graph.node:
+        if id(node) not in converted:
+            continue
+        new: list[onnx.NodeProto] = []
+        out = node.output[0]
+        twin[out] = rw.fresh_name(f"{out}_nchwc")
+        if node.op_type == "GlobalAveragePool":
+            new.append(helper.make_node("NchwcGlobalAveragePool", [twin[node.input[0]]], [twin[out]],
+                                        name=node.name, domain=FUSED_DOMAIN))
+        else:
+            x = node.input[0]
+            w = rw.array(node.input[1])
+            assert w is not None
+            plain_ok = _int_attr(node, "group", 1) == 1 and w.shape[1] < NCHWC_BLOCK
+            inputs = [x if (plain_ok and x not in twin) else blocked_input(x, new),
+                      node.input[1], node.input[2] if len(node.input) > 2 else ""]
+            if len(node.input) > 3 and node.input[3]:
+                inputs.append(blocked_input(node.input[3], new))
+            conv = helper.make_node("NchwcConv", inputs, [twin[out]], name=node.name, domain=FUSED_DOMAIN)
+            conv.attribute.extend(a for a in node.attribute)
+            new.append(conv)
+        readers = rw.consumers.get(out, [])
+        if out in rw.pinned or any(id(r) not in converted for r in readers):
+            new.append(helper.make_node("ReorderOutput", [twin[out]], [out],
+                                        name=rw.fresh_name(f"{out}_reorder_out"),
+                                        domain=FUSED_DOMAIN, channels=channels[out]))
+        rw.replace([node], new)
+    rw.require_domain(FUSED_DOMAIN, FUSED_DOMAIN_VERSION)
+    return rw.commit()

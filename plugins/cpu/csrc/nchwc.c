@@ -1,0 +1,602 @@
+/* Convolutions in the blocked channel layout NCHWc: a tensor (N, C, H, W) is stored as
+ * (N, ceil(C/16), H, W, 16), channel c at block c / 16, lane c % 16, lanes past C zero.
+ *
+ * Why: in NCHW a convolution is a GEMM over a (C * taps, H * W) column matrix, which must
+ * be packed (or im2col'd) on every call, and a depthwise convolution works on planes
+ * whose rows are a few floats long (7, 14) or must be deinterleaved for stride 2. In
+ * NCHWc the 16 channels of one pixel are one vector: a convolution reads its input in
+ * place, broadcasting one channel of 8 pixels against the 32 output channels of two
+ * packed filter blocks (the GEMM tile of gemm.c, 16 accumulators, with the input read
+ * where it lies), and a depthwise convolution is one vector multiply-add per tap whatever
+ * the stride. This is onnxruntime's layout for the same reason (its NCHWc transformer);
+ * MobileNetV2's pointwise and depthwise layers are where NCHW loses most.
+ *
+ * Tensors here: x the input, blocked (N, G, H, W, 16) or plain NCHW (G = C channel groups
+ * of one: a first layer with few channels reads the image as it is); y the output
+ * (N, OB, OH, OW, 16); filters packed by onyxrt_cpu.native.pack_nchwc_filters as
+ * [panel of 4 output blocks][tap][group][channel in group][64]; bias padded to OB * 16; z (a
+ * residual) in y's layout. Padding is made explicit in a scratch copy of the input, so
+ * the tile loop has no bounds checks (depthwise checks bounds instead: its input is read
+ * once, and a copy would double that).
+ *
+ * Floating-point contraction is on in this file (as in gemm.c): sums are fused
+ * multiply-adds, taken in the order tap, group, channel. */
+
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+#include "vec16.h"
+
+#define BLOCK 16
+#define QUAD 64        /* output channels per packed filter panel: four blocks */
+#define QUAD_BLOCKS 4
+#define MAX_TILE_PIXELS 16 /* output pixels per tile (along one output row) */
+
+typedef struct {
+    const float *x;       /* input at (0, 0) of the (padded) image 0 */
+    idx groups, gstride;  /* channel groups and the floats between them */
+    idx xrow, xpix, ximage;
+    const idx *tapoff;    /* per tap, floats from a window's origin to the tap's pixel */
+    idx taps;
+    const float *w;       /* packed filters */
+    idx panels, ob;
+    const float *bias, *z;
+    float *y;
+    idx n, oh, ow, sh, sw;
+    int act;
+    float p0, p1;
+    int rows_outer;       /* item order: (image, row, panel) rather than (image, panel, row) */
+    idx rows, row_pixels; /* work rows per image, pixels per work row */
+} ConvCall;
+
+/* One tile: `count` output pixels (<= `pixels`) of one work row, `blocks` blocks of 16
+ * channels: 6 x 4, 8 x 3, 12 x 2 or 16 x 1 (24, 24, 24 and 16 accumulators; the last
+ * blocks of a panel when the output's blocks are not a multiple of 4). Per channel step
+ * that is `blocks` filter loads and `pixels` broadcasts for pixels x blocks multiply-adds.
+ * These and `cg` (channels per group: 16 blocked, 1 plain) are constants in each caller,
+ * so the loops unroll and the accumulators stay in registers. poff[p]: where pixel p's
+ * window starts, from x0. */
+static inline __attribute__((always_inline)) void
+conv_tile(const ConvCall *c, const float *x0, const idx *poff, const float *w, int cg,
+          int pixels, int blocks, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS])
+{
+#pragma GCC unroll 16
+    for (int p = 0; p < pixels; p++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < blocks; j++) {
+            acc[p][j] = (v16){0};
+        }
+    }
+    for (idx t = 0; t < c->taps; t++) {
+        const float *xt = x0 + c->tapoff[t];
+        for (idx g = 0; g < c->groups; g++, xt += c->gstride) {
+#pragma GCC unroll 16
+            for (int ci = 0; ci < cg; ci++, w += QUAD) {
+                v16 f[QUAD_BLOCKS];
+#pragma GCC unroll 4
+                for (int j = 0; j < blocks; j++) {
+                    f[j] = *(const v16 *)(w + j * BLOCK);
+                }
+#pragma GCC unroll 16
+                for (int p = 0; p < pixels; p++) {
+                    const float a = xt[poff[p] + ci];
+#pragma GCC unroll 4
+                    for (int j = 0; j < blocks; j++) {
+                        acc[p][j] += a * f[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The tiles of work row `r` of image `n`, output blocks [4 quad, 4 quad + 4) (those that
+ * exist). A work row is a run of `row_pixels` consecutive pixels of the output plane,
+ * across output rows: tiles of 6-16 pixels over rows of 7 or 14 would leave much of the
+ * last tile of each row empty. */
+static inline __attribute__((always_inline)) void
+conv_row_tiles(const ConvCall *c, idx n, idx quad, idx r, int cg, int pixels, int blocks)
+{
+    const float *w = c->w + quad * c->taps * c->groups * cg * QUAD;
+    const idx plane = c->oh * c->ow, start = r * c->row_pixels;
+    const idx width = plane - start < c->row_pixels ? plane - start : c->row_pixels;
+    const float *xi = c->x + n * c->ximage;
+    for (idx i0 = start; i0 < start + width; i0 += pixels) {
+        const idx count = start + width - i0 < pixels ? start + width - i0 : pixels;
+        idx poff[MAX_TILE_PIXELS];
+        for (int p = 0; p < pixels; p++) {
+            /* pixels past `count` recompute the last one (never stored) */
+            const idx i = i0 + (p < count ? p : count - 1);
+            poff[p] = (i / c->ow) * c->sh * c->xrow + (i % c->ow) * c->sw * c->xpix;
+        }
+        v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS];
+        conv_tile(c, xi, poff, w, cg, pixels, blocks, acc);
+#pragma GCC unroll 4
+        for (int j = 0; j < blocks; j++) {
+            const idx block = QUAD_BLOCKS * quad + j;
+            const idx at = ((n * c->ob + block) * plane + i0) * BLOCK;
+            const v16 bias = c->bias ? *(const v16 *)(c->bias + block * BLOCK) : (v16){0};
+            /* constant bounds, so that acc stays in registers */
+#pragma GCC unroll 16
+            for (int p = 0; p < pixels; p++) {
+                if (p >= count) {
+                    break;
+                }
+                v16 v = acc[p][j] + bias;
+                if (c->z) {
+                    v += *(const v16 *)(c->z + at + p * BLOCK);
+                }
+                *(v16 *)(c->y + at + p * BLOCK) = activate16(v, c->act, c->p0, c->p1);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+conv_row(const ConvCall *c, idx n, idx quad, idx r, int cg)
+{
+    const idx blocks = c->ob - QUAD_BLOCKS * quad;
+    if (blocks >= 4) {
+        conv_row_tiles(c, n, quad, r, cg, 6, 4);
+    } else if (blocks == 3) {
+        conv_row_tiles(c, n, quad, r, cg, 8, 3);
+    } else if (blocks == 2) {
+        conv_row_tiles(c, n, quad, r, cg, 12, 2);
+    } else {
+        conv_row_tiles(c, n, quad, r, cg, 16, 1);
+    }
+}
+
+static void
+item_of(const ConvCall *c, idx item, idx *n, idx *panel, idx *r)
+{
+    if (c->rows_outer) {
+        *panel = item % c->panels;
+        item /= c->panels;
+        *r = item % c->rows;
+        *n = item / c->rows;
+    } else {
+        *r = item % c->rows;
+        item /= c->rows;
+        *panel = item % c->panels;
+        *n = item / c->panels;
+    }
+}
+
+MULTIVERSION static void
+conv_rows_blocked(void *ctx, idx begin, idx end)
+{
+    const ConvCall *c = (const ConvCall *)ctx;
+    for (idx i = begin; i < end; i++) {
+        idx n, panel, r;
+        item_of(c, i, &n, &panel, &r);
+        conv_row(c, n, panel, r, BLOCK);
+    }
+}
+
+MULTIVERSION static void
+conv_rows_plain(void *ctx, idx begin, idx end)
+{
+    const ConvCall *c = (const ConvCall *)ctx;
+    for (idx i = begin; i < end; i++) {
+        idx n, panel, r;
+        item_of(c, i, &n, &panel, &r);
+        conv_row(c, n, panel, r, 1);
+    }
+}
+
+/* The input with its padding made explicit: (N, G, hp, wp, cg) from (N, G, H, W, cg),
+ * rows and columns [ph, ph + H) x [pw, pw + W) copied (clipped to hp x wp), zero
+ * elsewhere. One item per (image, group). */
+typedef struct {
+    const float *x;
+    float *dst;
+    idx h, w, hp, wp, ph, pw, cg;
+} PadCall;
+
+static void
+pad_items(void *ctx, idx begin, idx end)
+{
+    const PadCall *p = (const PadCall *)ctx;
+    const idx src_plane = p->h * p->w * p->cg, dst_plane = p->hp * p->wp * p->cg;
+    idx lo, hi;
+    valid_range(p->wp, 1, -p->pw, p->w, &lo, &hi); /* dst columns with a source column */
+    for (idx i = begin; i < end; i++) {
+        const float *s = p->x + i * src_plane;
+        float *d = p->dst + i * dst_plane;
+        for (idx r = 0; r < p->hp; r++) {
+            float *dr = d + r * p->wp * p->cg;
+            const idx sr = r - p->ph;
+            if (sr < 0 || sr >= p->h) {
+                fill(dr, p->wp * p->cg, 0.0f);
+                continue;
+            }
+            fill(dr, lo * p->cg, 0.0f);
+            memcpy(dr + lo * p->cg, s + (sr * p->w + lo - p->pw) * p->cg,
+                   sizeof(float) * (size_t)((hi - lo) * p->cg));
+            fill(dr + hi * p->cg, (p->wp - hi) * p->cg, 0.0f);
+        }
+    }
+}
+
+/* y = act(conv(x, w) + bias + z). `blocked`: x is (N, G, H, W, 16), else NCHW with G = C.
+ * Returns -1 when out of memory. */
+static int
+nchwc_conv(const float *x, int blocked, idx groups, const Geometry *g, const float *w, idx ob,
+           const float *bias, const float *z, float *y, int act, float p0, float p1)
+{
+    const idx cg = blocked ? BLOCK : 1;
+    /* the input extent the windows reach, padding included */
+    const idx hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    const idx wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    if (g->n == 0 || g->oh <= 0 || g->ow <= 0 || ob == 0) {
+        return 0;
+    }
+    float *padded = NULL;
+    const float *src = x;
+    idx h = g->h, wd = g->w;
+    if (g->ph > 0 || g->pw > 0 || hp > g->h || wp > g->w) {
+        padded = (float *)malloc(sizeof(float) * (size_t)(g->n * groups * hp * wp * cg));
+        if (padded == NULL) {
+            return -1;
+        }
+        PadCall pc = {x, padded, g->h, g->w, hp, wp, g->ph, g->pw, cg};
+        parallel_for(pad_items, &pc, g->n * groups, 1 + MIN_PARALLEL_FLOATS / (hp * wp * cg));
+        src = padded;
+        h = hp;
+        wd = wp;
+    }
+    idx *tapoff = (idx *)malloc(sizeof(idx) * (size_t)(g->kh * g->kw));
+    if (tapoff == NULL) {
+        free(padded);
+        return -1;
+    }
+    const idx xpix = cg, xrow = wd * cg, gstride = blocked ? h * wd * BLOCK : h * wd;
+    for (idx ky = 0; ky < g->kh; ky++) {
+        for (idx kx = 0; kx < g->kw; kx++) {
+            tapoff[ky * g->kw + kx] = ky * g->dh * xrow + kx * g->dw * xpix;
+        }
+    }
+    const idx panels = (ob + QUAD_BLOCKS - 1) / QUAD_BLOCKS;
+    const idx taps = g->kh * g->kw;
+    ConvCall call = {src, groups, gstride, xrow, xpix, groups * h * wd * cg, tapoff, taps, w,
+                     panels, ob, bias, z, y, g->n, g->oh, g->ow, g->sh, g->sw, act, p0, p1, 0, 0, 0};
+    /* Rows outside panels when all filters are smaller than one image's input (each row's
+     * input is then read once, from cache, by every panel), panels outside rows otherwise
+     * (a panel's filters stay in cache over its rows). */
+    call.rows_outer = panels * taps * groups * cg * QUAD < groups * h * wd * cg;
+    /* work rows: runs of ~72 pixels, a multiple of 24 (of every tile width but 16), as
+     * even as that allows */
+    const idx plane = g->oh * g->ow, runs = (plane + 71) / 72;
+    call.row_pixels = ((plane + runs - 1) / runs + 23) / 24 * 24;
+    call.rows = (plane + call.row_pixels - 1) / call.row_pixels;
+    const idx row_flops = 2 * call.row_pixels * QUAD * taps * groups * cg;
+    parallel_for(blocked ? conv_rows_blocked : conv_rows_plain, &call, g->n * panels * call.rows,
+                 1 + (1 << 19) / row_flops);
+    free(tapoff);
+    free(padded);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ depthwise */
+
+typedef struct {
+    const float *x, *w, *bias, *z;
+    float *y;
+    Geometry g;   /* g.c: blocks */
+    int act;
+    float p0, p1;
+} DepthwiseCall;
+
+/* Output columns [lo, hi) whose every tap lies inside the input row. */
+static void
+inside_columns(const Geometry *g, idx *lo, idx *hi)
+{
+    idx lo0, hi0, lo1, hi1;
+    valid_range(g->ow, g->sw, -g->pw, g->w, &lo0, &hi0);
+    valid_range(g->ow, g->sw, -g->pw + (g->kw - 1) * g->dw, g->w, &lo1, &hi1);
+    *lo = lo0 > lo1 ? lo0 : lo1;
+    *hi = hi0 < hi1 ? hi0 : hi1;
+    if (*hi < *lo) {
+        *hi = *lo;
+    }
+}
+
+/* Output pixel `ow` of one row with bounds checks on every tap (the row's edges). */
+static inline __attribute__((always_inline)) v16
+depthwise_pixel(const Geometry *g, const float *xb, const float *wb, idx oh, idx ow, v16 acc)
+{
+    for (idx ky = 0; ky < g->kh; ky++) {
+        const idx ih = oh * g->sh - g->ph + ky * g->dh;
+        if (ih < 0 || ih >= g->h) {
+            continue;
+        }
+        for (idx kx = 0; kx < g->kw; kx++) {
+            const idx iw = ow * g->sw - g->pw + kx * g->dw;
+            if (iw >= 0 && iw < g->w) {
+                acc += *(const v16 *)(xb + (ih * g->w + iw) * BLOCK) *
+                       *(const v16 *)(wb + (ky * g->kw + kx) * BLOCK);
+            }
+        }
+    }
+    return acc;
+}
+
+#define DW_TILE 4 /* output pixels computed together in a row's interior */
+
+/* One output row of one block, 16 channels at a time: the interior columns [lo, hi) in
+ * tiles of DW_TILE pixels, each tap's filter vector loaded once per tile (for 3x3 the
+ * taps unroll, `taps3`), the edges pixel by pixel with bounds checks. */
+static inline __attribute__((always_inline)) void
+depthwise_row(const DepthwiseCall *d, idx item, idx lo, idx hi, int taps3)
+{
+    const Geometry *g = &d->g;
+    const idx kh = taps3 ? 3 : g->kh, kw = taps3 ? 3 : g->kw;
+    const idx oh = item % g->oh, nb = item / g->oh, b = nb % g->c;
+    const float *xb = d->x + nb * g->h * g->w * BLOCK;
+    const float *wb = d->w + b * kh * kw * BLOCK;
+    const v16 bias = d->bias ? *(const v16 *)(d->bias + b * BLOCK) : (v16){0};
+    float *yr = d->y + (nb * g->oh + oh) * g->ow * BLOCK;
+    const float *zr = d->z ? d->z + (nb * g->oh + oh) * g->ow * BLOCK : NULL;
+    const idx step = g->sw * BLOCK;
+    idx ow = 0;
+    for (; ow < lo && ow < g->ow; ow++) {
+        v16 v = depthwise_pixel(g, xb, wb, oh, ow, bias);
+        if (zr) {
+            v += *(const v16 *)(zr + ow * BLOCK);
+        }
+        *(v16 *)(yr + ow * BLOCK) = activate16(v, d->act, d->p0, d->p1);
+    }
+    for (; ow + DW_TILE <= hi; ow += DW_TILE) {
+        v16 acc[DW_TILE];
+        for (int p = 0; p < DW_TILE; p++) {
+            acc[p] = bias;
+        }
+        for (idx ky = 0; ky < kh; ky++) {
+            const idx ih = oh * g->sh - g->ph + ky * g->dh;
+            if (ih < 0 || ih >= g->h) {
+                continue;
+            }
+            const float *xr = xb + (ih * g->w + ow * g->sw - g->pw) * BLOCK;
+#pragma GCC unroll 3
+            for (idx kx = 0; kx < kw; kx++) {
+                const v16 wv = *(const v16 *)(wb + (ky * kw + kx) * BLOCK);
+                const float *xt = xr + kx * g->dw * BLOCK;
+#pragma GCC unroll 4
+                for (int p = 0; p < DW_TILE; p++) {
+                    acc[p] += *(const v16 *)(xt + p * step) * wv;
+                }
+            }
+        }
+        for (int p = 0; p < DW_TILE; p++) {
+            v16 v = acc[p];
+            if (zr) {
+                v += *(const v16 *)(zr + (ow + p) * BLOCK);
+            }
+            *(v16 *)(yr + (ow + p) * BLOCK) = activate16(v, d->act, d->p0, d->p1);
+        }
+    }
+    for (; ow < g->ow; ow++) {
+        v16 v = depthwise_pixel(g, xb, wb, oh, ow, bias);
+        if (zr) {
+            v += *(const v16 *)(zr + ow * BLOCK);
+        }
+        *(v16 *)(yr + ow * BLOCK) = activate16(v, d->act, d->p0, d->p1);
+    }
+}
+
+MULTIVERSION static void
+depthwise_rows(void *ctx, idx begin, idx end)
+{
+    const DepthwiseCall *d = (const DepthwiseCall *)ctx;
+    idx lo, hi;
+    inside_columns(&d->g, &lo, &hi);
+    const int taps3 = d->g.kh == 3 && d->g.kw == 3;
+    for (idx item = begin; item < end; item++) {
+        if (taps3) {
+            depthwise_row(d, item, lo, hi, 1);
+        } else {
+            depthwise_row(d, item, lo, hi, 0);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------- reorders */
+
+typedef struct {
+    const float *src;
+    float *dst;
+    idx c, blocks, plane;
+} ReorderCall;
+
+/* NCHW -> NCHWc, one item per (image, block): lanes past C are zero. */
+static void
+to_blocked(void *ctx, idx begin, idx end)
+{
+    const ReorderCall *r = (const ReorderCall *)ctx;
+    for (idx i = begin; i < end; i++) {
+        const idx n = i / r->blocks, b = i % r->blocks;
+        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
+        const float *s = r->src + (n * r->c + b * BLOCK) * r->plane;
+        float *d = r->dst + i * r->plane * BLOCK;
+        for (idx p0 = 0; p0 < r->plane; p0 += BLOCK) {
+            const idx pe = r->plane - p0 < BLOCK ? r->plane - p0 : BLOCK;
+            for (idx l = 0; l < BLOCK; l++) {
+                const float *sl = s + l * r->plane + p0;
+                for (idx p = 0; p < pe; p++) {
+                    d[(p0 + p) * BLOCK + l] = l < lanes ? sl[p] : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* NCHWc -> NCHW, one item per (image, block): lanes past C dropped. */
+static void
+from_blocked(void *ctx, idx begin, idx end)
+{
+    const ReorderCall *r = (const ReorderCall *)ctx;
+    for (idx i = begin; i < end; i++) {
+        const idx n = i / r->blocks, b = i % r->blocks;
+        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
+        const float *s = r->src + i * r->plane * BLOCK;
+        float *d = r->dst + (n * r->c + b * BLOCK) * r->plane;
+        for (idx l = 0; l < lanes; l++) {
+            float *dl = d + l * r->plane;
+            for (idx p = 0; p < r->plane; p++) {
+                dl[p] = s[p * BLOCK + l];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- Python entry points */
+
+static int
+check_activation(int act)
+{
+    if (act < ACT_NONE || act > ACT_LEAKY) {
+        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+py_nchwc_conv(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *wo, *yo, *geo, *bo = Py_None, *zo = Py_None;
+    int blocked, act = ACT_NONE;
+    idx groups, ob;
+    float p0 = 0.0f, p1 = 0.0f;
+    if (!PyArg_ParseTuple(args, "OpnOOnO|OOiff", &xo, &blocked, &groups, &geo, &wo, &ob, &yo, &bo,
+                          &zo, &act, &p0, &p1)) {
+        return NULL;
+    }
+    Geometry g;
+    if (parse_geometry(geo, &g) < 0 || check_activation(act) < 0 ||
+        check_positive("groups", groups, 1) < 0 || check_positive("output blocks", ob, 1) < 0 ||
+        check_positive("leading pad", g.ph, 0) < 0 || check_positive("leading pad", g.pw, 0) < 0) {
+        return NULL;
+    }
+    const idx cg = blocked ? BLOCK : 1;
+    const idx out = g.n * ob * g.oh * g.ow * BLOCK;
+    Py_buffer x, w, y, b, z;
+    memset(&w, 0, sizeof(w));
+    memset(&y, 0, sizeof(y));
+    memset(&b, 0, sizeof(b));
+    memset(&z, 0, sizeof(z));
+    int ok = get_f32(xo, &x, 0, g.n * groups * g.h * g.w * cg, "x") == 0;
+    ok = ok && get_f32(wo, &w, 0, (ob + QUAD_BLOCKS - 1) / QUAD_BLOCKS * g.kh * g.kw * groups * cg * QUAD, "filters") == 0;
+    ok = ok && get_f32(yo, &y, 1, out, "y") == 0;
+    ok = ok && get_optional_f32(bo, &b, ob * BLOCK, "bias") == 0;
+    ok = ok && get_optional_f32(zo, &z, zo == Py_None ? 0 : out, "z") == 0;
+    int rc = 0;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = nchwc_conv((const float *)x.buf, blocked, groups, &g, (const float *)w.buf, ob,
+                        (const float *)b.buf, (const float *)z.buf, (float *)y.buf, act, p0, p1);
+        Py_END_ALLOW_THREADS
+    }
+    release(&x);
+    release(&w);
+    release(&y);
+    release(&b);
+    release(&z);
+    if (!ok) {
+        return NULL;
+    }
+    if (rc < 0) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *
+py_nchwc_depthwise(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *wo, *yo, *geo, *bo = Py_None, *zo = Py_None;
+    int act = ACT_NONE;
+    float p0 = 0.0f, p1 = 0.0f;
+    if (!PyArg_ParseTuple(args, "OOOO|OOiff", &xo, &wo, &yo, &geo, &bo, &zo, &act, &p0, &p1)) {
+        return NULL;
+    }
+    DepthwiseCall d;
+    if (parse_geometry(geo, &d.g) < 0 || check_activation(act) < 0) {
+        return NULL;
+    }
+    const Geometry *g = &d.g; /* g->c counts blocks */
+    const idx out = g->n * g->c * g->oh * g->ow * BLOCK;
+    Py_buffer x, w, y, b, z;
+    memset(&w, 0, sizeof(w));
+    memset(&y, 0, sizeof(y));
+    memset(&b, 0, sizeof(b));
+    memset(&z, 0, sizeof(z));
+    int ok = get_f32(xo, &x, 0, g->n * g->c * g->h * g->w * BLOCK, "x") == 0;
+    ok = ok && get_f32(wo, &w, 0, g->c * g->kh * g->kw * BLOCK, "filters") == 0;
+    ok = ok && get_f32(yo, &y, 1, out, "y") == 0;
+    ok = ok && get_optional_f32(bo, &b, g->c * BLOCK, "bias") == 0;
+    ok = ok && get_optional_f32(zo, &z, zo == Py_None ? 0 : out, "z") == 0;
+    if (ok) {
+        d.x = (const float *)x.buf;
+        d.w = (const float *)w.buf;
+        d.bias = (const float *)b.buf;
+        d.z = (const float *)z.buf;
+        d.y = (float *)y.buf;
+        d.act = act;
+        d.p0 = p0;
+        d.p1 = p1;
+        Py_BEGIN_ALLOW_THREADS
+        parallel_for(depthwise_rows, &d, g->n * g->c * g->oh,
+                     1 + MIN_PARALLEL_FLOATS / (g->ow * BLOCK * g->kh * g->kw + 1));
+        Py_END_ALLOW_THREADS
+    }
+    release(&x);
+    release(&w);
+    release(&y);
+    release(&b);
+    release(&z);
+    if (!ok) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *
+py_nchwc_reorder(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *so, *dso;
+    idx n, c, plane;
+    int to_nchwc;
+    if (!PyArg_ParseTuple(args, "OOnnnp", &so, &dso, &n, &c, &plane, &to_nchwc)) {
+        return NULL;
+    }
+    if (check_positive("N", n, 0) < 0 || check_positive("C", c, 1) < 0 ||
+        check_positive("plane", plane, 0) < 0) {
+        return NULL;
+    }
+    const idx blocks = (c + BLOCK - 1) / BLOCK;
+    const idx plain = n * c * plane, blocked = n * blocks * plane * BLOCK;
+    Py_buffer s, d;
+    if (get_f32(so, &s, 0, to_nchwc ? plain : blocked, "source") < 0) {
+        return NULL;
+    }
+    if (get_f32(dso, &d, 1, to_nchwc ? blocked : plain, "destination") < 0) {
+        release(&s);
+        return NULL;
+    }
+    ReorderCall r = {(const float *)s.buf, (float *)d.buf, c, blocks, plane};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(to_nchwc ? to_blocked : from_blocked, &r, n * blocks,
+                 1 + MIN_PARALLEL_FLOATS / (plane * BLOCK + 1));
+    Py_END_ALLOW_THREADS
+    release(&s);
+    release(&d);
+    Py_RETURN_NONE;
+}
