@@ -477,3 +477,27 @@ def test_layout_pass_is_skipped_when_a_session_provider_lacks_the_kernels(tmp_pa
     model = _mobile_block_model()
     ops = _optimized_ops(model, tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
     assert not any(op.startswith(("Nchwc", "Reorder")) for op in ops)
+
+
+@nchwc_kernels
+@pytest.mark.parametrize("indices", [False, True])
+def test_layout_pass_keeps_a_max_pool_between_convs_blocked(tmp_path, indices):
+    rng = np.random.default_rng(4)
+    inits = {"w0": rng.standard_normal((32, 3, 7, 7)).astype(np.float32) * 0.2,
+             "w1": rng.standard_normal((16, 32, 1, 1)).astype(np.float32) * 0.2}
+    pool_outputs = ["p", "i"] if indices else ["p"]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c"], name="stem", pads=[3, 3, 3, 3], strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], pool_outputs, name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p", "w1"], ["y"], name="next"),
+    ]
+    outputs = [tensor("y", [1, 16, 6, 6])] + ([tensor("i", [1, 32, 6, 6], TensorProto.INT64)] if indices else [])
+    model = make_model(nodes, [tensor("x", [1, 3, 23, 23])], outputs, inits)
+    ops = _optimized_ops(model, tmp_path)
+    if indices:  # Indices exist only in NCHW: the pool stays, between two reorders
+        assert "MaxPool" in ops and ops.count("ReorderInput") == 1
+    else:
+        assert "NchwcMaxPool" in ops and "ReorderInput" not in ops and ops.count("ReorderOutput") == 1
+    _assert_equivalent(model, {"x": _randn(1, 3, 23, 23)})

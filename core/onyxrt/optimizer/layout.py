@@ -10,8 +10,8 @@ filter per channel becomes ``ai.onyxrt::NchwcConv``, reading the blocked twin of
 input (and residual) and writing a blocked twin of its output. Twins come from the
 producer when it was converted too; otherwise a ``ReorderInput`` makes one, except that a
 ``group`` 1 convolution of fewer than 16 channels (a network's first layer, reading an
-image) reads the NCHW input as it is. A ``GlobalAveragePool`` of a blocked value stays
-blocked. Wherever a converted value is read by an operator left in NCHW, or is a graph
+image) reads the NCHW input as it is. A ``GlobalAveragePool`` or a ``MaxPool`` (2-D,
+without Indices) of a blocked value stays blocked. Wherever a converted value is read by an operator left in NCHW, or is a graph
 output, a ``ReorderOutput`` right after its producer restores it under its own name, so
 the rest of the graph is untouched.
 
@@ -65,7 +65,8 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
     """Rewrite the convertible convolutions (see the module docstring) to NCHWc."""
     if not all(ctx.can_run(FUSED_DOMAIN, op) for op in _REQUIRED):
         return model
-    pool_blocked = ctx.can_run(FUSED_DOMAIN, "NchwcGlobalAveragePool")
+    blocked_pools = {op: f"Nchwc{op}" for op in ("GlobalAveragePool", "MaxPool")
+                     if ctx.can_run(FUSED_DOMAIN, f"Nchwc{op}")}
     rw = Rewrite(model, ctx.arrays)
     twin: dict[str, str] = {}       # NCHW value -> its blocked twin
     channels: dict[str, int] = {}   # NCHW value with a twin -> its channel count
@@ -79,8 +80,9 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
             converted.add(id(node))
             channels[node.output[0]] = int(rw.array(node.input[1]).shape[0])  # type: ignore[union-attr]
         elif (
-            pool_blocked and node.op_type == "GlobalAveragePool" and node.domain in DEFAULT_DOMAINS
+            node.op_type in blocked_pools and node.domain in DEFAULT_DOMAINS
             and node.input[0] in channels and not rw.is_removed(node)
+            and len([o for o in node.output if o]) == 1  # MaxPool's Indices stay NCHW
         ):
             converted.add(id(node))
             channels[node.output[0]] = channels[node.input[0]]
@@ -101,9 +103,11 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
         new: list[onnx.NodeProto] = []
         out = node.output[0]
         twin[out] = rw.fresh_name(f"{out}_nchwc")
-        if node.op_type == "GlobalAveragePool":
-            new.append(helper.make_node("NchwcGlobalAveragePool", [twin[node.input[0]]], [twin[out]],
-                                        name=node.name, domain=FUSED_DOMAIN))
+        if node.op_type in blocked_pools:
+            pool = helper.make_node(blocked_pools[node.op_type], [twin[node.input[0]]], [twin[out]],
+                                    name=node.name, domain=FUSED_DOMAIN)
+            pool.attribute.extend(node.attribute)
+            new.append(pool)
         else:
             x = node.input[0]
             w = rw.array(node.input[1])

@@ -46,6 +46,9 @@ static PyMethodDef methods[] = {
     {"nchwc_depthwise", py_nchwc_depthwise, METH_VARARGS,
      "nchwc_depthwise(x, filters, y, geometry[, bias, z, act, p0, p1]): depthwise "
      "convolution in NCHWc (geometry's C counts blocks of 16)."},
+    {"nchwc_maxpool", py_nchwc_maxpool, METH_VARARGS,
+     "nchwc_maxpool(x, y, geometry): 2-D max pooling in NCHWc (geometry's C counts blocks), "
+     "-inf padding, NaN propagating."},
     {"nchwc_reorder", py_nchwc_reorder, METH_VARARGS,
      "nchwc_reorder(src, dst, N, C, plane, to_nchwc): NCHW <-> NCHWc (blocks of 16)."},
     {NULL, NULL, 0, NULL},

@@ -404,6 +404,49 @@ depthwise_rows(void *ctx, idx begin, idx end)
     }
 }
 
+/* ------------------------------------------------------------------------- max pool */
+
+typedef struct {
+    const float *x;
+    float *y;
+    Geometry g; /* g.c: blocks */
+} PoolCall;
+
+/* Output rows of one block: the max over each window's taps inside the input (padding
+ * and ceil-mode overhang count as -inf), NaN propagating as numpy's maximum does. */
+MULTIVERSION static void
+maxpool_rows(void *ctx, idx begin, idx end)
+{
+    const PoolCall *pc = (const PoolCall *)ctx;
+    const Geometry *g = &pc->g;
+    for (idx item = begin; item < end; item++) {
+        const idx oh = item % g->oh, nb = item / g->oh;
+        const float *xb = pc->x + nb * g->h * g->w * BLOCK;
+        float *yr = pc->y + (nb * g->oh + oh) * g->ow * BLOCK;
+        for (idx ow = 0; ow < g->ow; ow++) {
+            v16 best = (v16){0} - INFINITY;
+            i16v nans = {0};
+            for (idx ky = 0; ky < g->kh; ky++) {
+                const idx ih = oh * g->sh - g->ph + ky * g->dh;
+                if (ih < 0 || ih >= g->h) {
+                    continue;
+                }
+                for (idx kx = 0; kx < g->kw; kx++) {
+                    const idx iw = ow * g->sw - g->pw + kx * g->dw;
+                    if (iw >= 0 && iw < g->w) {
+                        const v16 v = *(const v16 *)(xb + (ih * g->w + iw) * BLOCK);
+                        best = select16(v > best, v, best);
+                        /* NaNs tested on the bits, apart: GCC scalarizes v != v, and
+                         * (v > best) | nan */
+                        nans |= ((i16v)v & 0x7fffffff) > 0x7f800000;
+                    }
+                }
+            }
+            *(v16 *)(yr + ow * BLOCK) = select16(nans, (v16){0} + NAN, best);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------- reorders */
 
 typedef struct {
@@ -598,5 +641,37 @@ py_nchwc_reorder(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     release(&s);
     release(&d);
+    Py_RETURN_NONE;
+}
+
+PyObject *
+py_nchwc_maxpool(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *yo, *geo;
+    if (!PyArg_ParseTuple(args, "OOO", &xo, &yo, &geo)) {
+        return NULL;
+    }
+    PoolCall pc;
+    if (parse_geometry(geo, &pc.g) < 0) {
+        return NULL;
+    }
+    const Geometry *g = &pc.g; /* g->c counts blocks */
+    Py_buffer x, y;
+    if (get_f32(xo, &x, 0, g->n * g->c * g->h * g->w * BLOCK, "x") < 0) {
+        return NULL;
+    }
+    if (get_f32(yo, &y, 1, g->n * g->c * g->oh * g->ow * BLOCK, "y") < 0) {
+        release(&x);
+        return NULL;
+    }
+    pc.x = (const float *)x.buf;
+    pc.y = (float *)y.buf;
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(maxpool_rows, &pc, g->n * g->c * g->oh,
+                 1 + MIN_PARALLEL_FLOATS / (g->ow * BLOCK * g->kh * g->kw + 1));
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
     Py_RETURN_NONE;
 }

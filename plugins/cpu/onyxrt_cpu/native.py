@@ -59,6 +59,7 @@ __all__ = [
     "pad_channels",
     "nchwc_conv",
     "nchwc_depthwise",
+    "nchwc_maxpool",
     "to_nchwc",
     "from_nchwc",
 ]
@@ -495,6 +496,21 @@ def nchwc_depthwise(
     geometry = _nchwc_geometry(n, blocks, h, w, kernel, y.shape[2:4], strides, pads_begin,
                                dilations)
     _native.nchwc_depthwise(x, filters, y, geometry, bias, z, act, p0, p1)
+
+
+def nchwc_maxpool(
+    x: np.ndarray,
+    y: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> None:
+    """2-D max pooling of blocked ``x`` (N, B, H, W, 16) into ``y`` (N, B, OH, OW, 16):
+    padding and windows past the input count as -inf, NaN propagates."""
+    n, blocks, h, w = x.shape[:4]
+    _native.nchwc_maxpool(x, y, _nchwc_geometry(n, blocks, h, w, kernel, y.shape[2:4], strides,
+                                                pads_begin, dilations))
 
 
 def to_nchwc(x: np.ndarray) -> np.ndarray:

@@ -210,3 +210,23 @@ def test_bad_buffers_are_refused():
     with pytest.raises(ValueError, match="activation"):
         native.nchwc_conv(x, f, np.zeros((1, 1, 2, 2, 16), np.float32), (3, 3), (1, 1), (0, 0), (1, 1),
                           None, None, 9)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},   # ResNet's
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},           # overhang = -inf
+    {"kernel_shape": [2, 3], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"},
+])
+def test_maxpool_matches_the_nchw_kernel(attrs):
+    from onyxrt.kernels import KernelInfo
+    from onyxrt_cpu.kernels.nchwc import NchwcMaxPool
+    from onyxrt_cpu.kernels.pool import MaxPool
+
+    x = np.random.default_rng(3).standard_normal((2, 40, 13, 11)).astype(np.float32)
+    x[0, 3, 4, 4] = np.nan
+    x[1, 17, :, :] = -np.inf
+    expected = MaxPool(KernelInfo("p", "MaxPool", attributes=attrs, output_names=("y",))).compute(x)[0]
+    got = NchwcMaxPool(KernelInfo("p", "NchwcMaxPool", attributes=attrs)).compute(native.to_nchwc(x))[0]
+    np.testing.assert_array_equal(native.from_nchwc(got, 40), expected)
+    assert np.isnan(expected[0, 3]).any()

@@ -12,6 +12,7 @@ a pixel are one vector (csrc/nchwc.c says why that is faster):
 * ``ReorderInput(X)``: NCHW → blocked, lanes past C zero.
 * ``ReorderOutput(X)``: blocked → NCHW, attribute ``channels`` = C.
 * ``NchwcGlobalAveragePool(X)``: GlobalAveragePool on a blocked tensor (N, B, 1, 1, 16).
+* ``NchwcMaxPool(X)``: MaxPool's attributes (one output: no Indices) on a blocked tensor.
 
 Lanes past C stay zero through every operator: bias and filters are zero-padded, and the
 activations here map 0 to a finite value, which the next convolution multiplies by its
@@ -34,8 +35,9 @@ from onyxrt.spatial import read_spatial_attrs, window
 from .. import native
 from . import registry
 from .fused import native_activation
+from .pool import _Pool
 
-__all__ = ["NchwcConv", "ReorderInput", "ReorderOutput", "NchwcGlobalAveragePool"]
+__all__ = ["NchwcConv", "ReorderInput", "ReorderOutput", "NchwcGlobalAveragePool", "NchwcMaxPool"]
 
 BLOCK = native.NCHWC_BLOCK
 
@@ -190,3 +192,16 @@ class NchwcGlobalAveragePool(Kernel):
         y = np.matmul(np.ones((1, h * w), dtype=np.float32), planes)
         y /= np.float32(h * w)
         return (y.reshape(n, b, 1, 1, BLOCK),)
+
+
+@_register("NchwcMaxPool")
+class NchwcMaxPool(_Pool):
+    """MaxPool (2-D, no Indices) on a blocked tensor; padding counts as -inf."""
+
+    def compute(self, x):
+        _check_blocked(x, "X")
+        k, s, d, pb, pe = self.attrs.resolve(2)
+        win = window(x.shape[2:4], k, s, d, pb, pe, self.attrs.auto_pad, self.ceil_mode)
+        y = np.empty((x.shape[0], x.shape[1], *win.out_shape, BLOCK), dtype=np.float32)
+        native.nchwc_maxpool(np.ascontiguousarray(x), y, k, s, win.pads_begin, d)
+        return (y,)
