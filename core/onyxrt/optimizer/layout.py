@@ -49,16 +49,19 @@ def _convertible_conv(rw: Rewrite, node: onnx.NodeProto) -> bool:
     fused = node.op_type == "FusedConv" and node.domain == FUSED_DOMAIN
     if not (plain or fused) or rw.is_removed(node):
         return False
-    w = rw.array(node.input[1])
-    if w is None or w.ndim != 4 or str(w.dtype) != "float32":
+    # shapes and types from the initializers' headers: reading the weights themselves
+    # would convert every one of them, for nothing but their dims
+    w = node.input[1]
+    w_shape = rw.shape(w)
+    if not rw.is_constant(w) or w_shape is None or len(w_shape) != 4 or str(rw.dtype(w)) != "float32":
         return False
     has_bias = len(node.input) > 2 and node.input[2]
-    if has_bias and rw.array(node.input[2]) is None:
+    if has_bias and not rw.is_constant(node.input[2]):
         return False
     if any(str(rw.dtype(v)) != "float32" for v in (node.input[0], node.output[0])):
         return False
     group = _int_attr(node, "group", 1)
-    return group == 1 or (w.shape[1] == 1 and group == w.shape[0])
+    return group == 1 or (w_shape[1] == 1 and group == w_shape[0])
 
 
 def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
@@ -78,7 +81,7 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
     for node in model.graph.node:
         if _convertible_conv(rw, node):
             converted.add(id(node))
-            channels[node.output[0]] = int(rw.array(node.input[1]).shape[0])  # type: ignore[union-attr]
+            channels[node.output[0]] = int(rw.shape(node.input[1])[0])  # type: ignore[index,arg-type]
         elif (
             node.op_type in blocked_pools and node.domain in DEFAULT_DOMAINS
             and node.input[0] in channels and not rw.is_removed(node)
@@ -110,9 +113,8 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
             new.append(pool)
         else:
             x = node.input[0]
-            w = rw.array(node.input[1])
-            assert w is not None
-            plain_ok = _int_attr(node, "group", 1) == 1 and w.shape[1] < NCHWC_BLOCK
+            c_in = rw.shape(node.input[1])[1]  # type: ignore[index]
+            plain_ok = _int_attr(node, "group", 1) == 1 and int(c_in) < NCHWC_BLOCK  # type: ignore[arg-type]
             inputs = [x if (plain_ok and x not in twin) else blocked_input(x, new),
                       node.input[1], node.input[2] if len(node.input) > 2 else ""]
             if len(node.input) > 3 and node.input[3]:

@@ -35,8 +35,11 @@ def subgraph_reads(nodes: Iterable[onnx.NodeProto]) -> set[str]:
     the values behind them.
     """
     names: set[str] = set()
+    graph_types = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
     for node in nodes:
         for attr in node.attribute:
+            if attr.type not in graph_types:  # most attributes: skip without building lists
+                continue
             graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
             for g in graphs:
                 for inner in g.node:
