@@ -58,10 +58,13 @@ typedef struct {
  * that is `blocks` filter loads and `pixels` broadcasts for pixels x blocks multiply-adds.
  * These and `cg` (channels per group: 16 blocked, 1 plain) are constants in each caller,
  * so the loops unroll and the accumulators stay in registers. poff[p]: where pixel p's
- * window starts, from x0. */
+ * window starts, from x0. `step` (a constant too, 0 when the pixels are not evenly
+ * spaced): poff[p] = poff[0] + step p, so each broadcast is a constant offset from one
+ * pointer; otherwise each pixel needs its own offset register, and 12 or 16 of them
+ * spill. */
 static inline __attribute__((always_inline)) void
 conv_tile(const ConvCall *c, const float *x0, const idx *poff, const float *w, int cg,
-          int pixels, int blocks, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS])
+          int pixels, int blocks, int step, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS])
 {
 #pragma GCC unroll 16
     for (int p = 0; p < pixels; p++) {
@@ -82,7 +85,7 @@ conv_tile(const ConvCall *c, const float *x0, const idx *poff, const float *w, i
                 }
 #pragma GCC unroll 16
                 for (int p = 0; p < pixels; p++) {
-                    const float a = xt[poff[p] + ci];
+                    const float a = step ? xt[poff[0] + p * step + ci] : xt[poff[p] + ci];
 #pragma GCC unroll 4
                     for (int j = 0; j < blocks; j++) {
                         acc[p][j] += a * f[j];
@@ -112,8 +115,20 @@ conv_row_tiles(const ConvCall *c, idx n, idx quad, idx r, int cg, int pixels, in
             const idx i = i0 + (p < count ? p : count - 1);
             poff[p] = (i / c->ow) * c->sh * c->xrow + (i % c->ow) * c->sw * c->xpix;
         }
+        /* evenly spaced windows (a run within one output row, or a 1x1 unpadded
+         * convolution's plane) at stride 1 or 2 take the variants with constant offsets */
+        idx step = pixels > 1 ? poff[1] - poff[0] : 0;
+        for (int p = 2; p < pixels; p++) {
+            step = poff[p] - poff[p - 1] == step ? step : -1;
+        }
         v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS];
-        conv_tile(c, xi, poff, w, cg, pixels, blocks, acc);
+        if (step == cg) {
+            conv_tile(c, xi, poff, w, cg, pixels, blocks, cg, acc);
+        } else if (step == 2 * cg) {
+            conv_tile(c, xi, poff, w, cg, pixels, blocks, 2 * cg, acc);
+        } else {
+            conv_tile(c, xi, poff, w, cg, pixels, blocks, 0, acc);
+        }
 #pragma GCC unroll 4
         for (int j = 0; j < blocks; j++) {
             const idx block = QUAD_BLOCKS * quad + j;
