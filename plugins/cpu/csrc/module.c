@@ -49,6 +49,9 @@ static PyMethodDef methods[] = {
     {"nchwc_maxpool", py_nchwc_maxpool, METH_VARARGS,
      "nchwc_maxpool(x, y, geometry): 2-D max pooling in NCHWc (geometry's C counts blocks), "
      "-inf padding, NaN propagating."},
+    {"nchwc_mean", py_nchwc_mean, METH_VARARGS,
+     "nchwc_mean(x, y, items, plane): y[i] = mean of the plane vectors of item i (NCHWc "
+     "global average pool)."},
     {"nchwc_reorder", py_nchwc_reorder, METH_VARARGS,
      "nchwc_reorder(src, dst, N, C, plane, to_nchwc): NCHW <-> NCHWc (blocks of 16)."},
     {NULL, NULL, 0, NULL},

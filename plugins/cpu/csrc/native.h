@@ -146,6 +146,7 @@ PyObject *py_nchwc_conv(PyObject *self, PyObject *args);
 PyObject *py_nchwc_depthwise(PyObject *self, PyObject *args);
 PyObject *py_nchwc_reorder(PyObject *self, PyObject *args);
 PyObject *py_nchwc_maxpool(PyObject *self, PyObject *args);
+PyObject *py_nchwc_mean(PyObject *self, PyObject *args);
 
 /* Row helpers shared by activation.c and normalization.c. */
 

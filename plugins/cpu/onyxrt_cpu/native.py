@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +59,11 @@ __all__ = [
     "pack_nchwc_depthwise",
     "pad_channels",
     "nchwc_conv",
+    "NchwcRunner",
+    "nchwc_runner",
     "nchwc_depthwise",
     "nchwc_maxpool",
+    "nchwc_global_average",
     "to_nchwc",
     "from_nchwc",
 ]
@@ -475,6 +479,40 @@ def nchwc_conv(
     _native.nchwc_conv(x, blocked, groups, geometry, filters, y.shape[1], y, bias, z, act, p0, p1)
 
 
+#: A prepared NCHWc convolution: ``run(x, y, bias, z, act, p0, p1)``.
+NchwcRunner = Callable[[np.ndarray, np.ndarray, "np.ndarray | None", "np.ndarray | None", int, float, float], None]
+
+
+def nchwc_runner(
+    x_shape: tuple[int, ...],
+    y_shape: tuple[int, ...],
+    filters: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads_begin: tuple[int, ...],
+    dilations: tuple[int, ...],
+    depthwise: bool,
+) -> NchwcRunner:
+    """:func:`nchwc_conv` (or :func:`nchwc_depthwise`) with everything that depends only on
+    the shapes worked out once: the returned ``run(x, y, bias, z, act, p0, p1)`` is one
+    compiled call (the C code still checks every buffer against the geometry)."""
+    n, groups, h, w = x_shape[:4]
+    geometry = _nchwc_geometry(n, groups, h, w, kernel, y_shape[2:4], strides, pads_begin, dilations)
+    if depthwise:
+        depthwise_fn = _native.nchwc_depthwise
+
+        def run_depthwise(x, y, bias, z, act, p0, p1):  # type: ignore[no-untyped-def]
+            depthwise_fn(x, filters, y, geometry, bias, z, act, p0, p1)
+
+        return run_depthwise
+    conv_fn, blocked, out_blocks = _native.nchwc_conv, len(x_shape) == 5, y_shape[1]
+
+    def run(x, y, bias, z, act, p0, p1):  # type: ignore[no-untyped-def]
+        conv_fn(x, blocked, groups, geometry, filters, out_blocks, y, bias, z, act, p0, p1)
+
+    return run
+
+
 def nchwc_depthwise(
     x: np.ndarray,
     filters: np.ndarray,
@@ -511,6 +549,17 @@ def nchwc_maxpool(
     n, blocks, h, w = x.shape[:4]
     _native.nchwc_maxpool(x, y, _nchwc_geometry(n, blocks, h, w, kernel, y.shape[2:4], strides,
                                                 pads_begin, dilations))
+
+
+def nchwc_global_average(x: np.ndarray) -> np.ndarray:
+    """The mean over H and W of blocked ``x`` (N, B, H, W, 16): (N, B, 1, 1, 16)."""
+    n, blocks, h, w, _ = x.shape
+    y = np.empty((n, blocks, 1, 1, NCHWC_BLOCK), dtype=_F32)
+    if h * w == 0:
+        y.fill(np.nan)  # the mean of nothing, as numpy's
+    elif y.size:
+        _native.nchwc_mean(x, y, n * blocks, h * w)
+    return y
 
 
 def to_nchwc(x: np.ndarray) -> np.ndarray:

@@ -230,3 +230,16 @@ def test_maxpool_matches_the_nchw_kernel(attrs):
     got = NchwcMaxPool(KernelInfo("p", "NchwcMaxPool", attributes=attrs)).compute(native.to_nchwc(x))[0]
     np.testing.assert_array_equal(native.from_nchwc(got, 40), expected)
     assert np.isnan(expected[0, 3]).any()
+
+
+@pytest.mark.parametrize("shape", [(1, 1280, 7, 7), (2, 21, 56, 56), (1, 16, 1, 3), (3, 5, 2, 2)])
+def test_global_average_matches_numpy(shape):
+    from onyxrt.kernels import KernelInfo
+    from onyxrt_cpu.kernels.nchwc import NchwcGlobalAveragePool
+
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32) + 3
+    got = NchwcGlobalAveragePool(KernelInfo("g", "NchwcGlobalAveragePool")).compute(native.to_nchwc(x))[0]
+    assert got.shape == (shape[0], -(-shape[1] // 16), 1, 1, 16)
+    expected = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(native.from_nchwc(got, shape[1]), expected, rtol=2e-6)
+    assert not np.any(got[:, -1, :, :, shape[1] % 16 or 16:])

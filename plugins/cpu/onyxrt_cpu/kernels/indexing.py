@@ -7,6 +7,7 @@ end of their axis; out-of-range indices raise ``IndexError`` with the offending 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -289,7 +290,7 @@ class GatherND(Kernel):
             raise ValueError(
                 f"batch dims differ: data {data.shape[:b]} vs indices {indices.shape[:b]}"
             )
-        nb = int(np.prod(data.shape[:b], dtype=np.int64))
+        nb = math.prod(data.shape[:b])
         idx_dims = data.shape[b : b + k]
         rest = data.shape[b + k :]
         lin = _nd_linear(indices, idx_dims, "GatherND index").reshape(nb, -1)
@@ -318,8 +319,8 @@ class ScatterND(Kernel):
         if updates.shape != want:
             raise ValueError(f"updates shape {updates.shape}, expected {want}")
         lin = _nd_linear(indices, data.shape[:k], "ScatterND index").reshape(-1)
-        rows = int(np.prod(data.shape[:k], dtype=np.int64))
-        cols = int(np.prod(data.shape[k:], dtype=np.int64))
+        rows = math.prod(data.shape[:k])
+        cols = math.prod(data.shape[k:])
         out = _scatter_into(
             data.reshape(rows, cols), lin, updates.reshape(lin.size, cols), self.reduction
         )

@@ -9,6 +9,7 @@ resizing is one fancy-index gather over the resized axes. Works for any rank.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -402,8 +403,8 @@ def _matmul_axis(y: np.ndarray, a: int, w: np.ndarray) -> np.ndarray:
     """Apply the (out, in) matrix ``w`` along axis ``a`` of ``y`` with BLAS."""
     shape = y.shape
     n_in = shape[a]
-    lead = int(np.prod(shape[:a], dtype=np.int64))
-    trail = int(np.prod(shape[a + 1 :], dtype=np.int64))
+    lead = math.prod(shape[:a])
+    trail = math.prod(shape[a + 1 :])
     if trail == 1:
         out = y.reshape(lead, n_in) @ w.T
     else:

@@ -8,6 +8,7 @@ Unsqueeze, Flatten, Transpose, Identity, Split) return numpy views instead of co
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -94,11 +95,11 @@ def _reshape(x: np.ndarray, shape: Sequence[int], allowzero: bool) -> np.ndarray
                     )
                 target[i] = x.shape[i]
     if -1 in target:
-        known = int(np.prod([s for s in target if s != -1], dtype=np.int64))
+        known = math.prod(s for s in target if s != -1)
         if known == 0 or x.size % known:
             raise ValueError(f"Reshape: cannot reshape input of shape {x.shape} into {shape}")
         target[target.index(-1)] = x.size // known
-    if int(np.prod(target, dtype=np.int64)) != x.size:
+    if math.prod(target) != x.size:
         raise ValueError(f"Reshape: cannot reshape input of shape {x.shape} into {list(shape)}")
     return x.reshape(target)
 
@@ -170,8 +171,8 @@ class Flatten(Kernel):
         axis = self.axis + r if self.axis < 0 else self.axis
         if not 0 <= axis <= r:
             raise ValueError(f"Flatten: axis {self.axis} is out of range for rank {r}")
-        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-        cols = int(np.prod(x.shape[axis:], dtype=np.int64))
+        rows = math.prod(x.shape[:axis])
+        cols = math.prod(x.shape[axis:])
         return (x.reshape(rows, cols),)
 
 
