@@ -10,6 +10,8 @@ it replaces (so the node list stays topologically sorted), new initializers are 
 from __future__ import annotations
 
 import itertools
+import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,6 +28,28 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 
 # Constants up to this many elements are cached by Rewrite.array (scalars, biases, shapes).
 _CACHED_ELEMENTS = 4096
+
+
+# Element types whose raw bytes are the array as numpy reads it (little-endian here).
+_RAW_TYPES = {
+    onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32,
+}
+
+
+def _tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """The value of an initializer: a read-only view of its raw bytes for the common
+    numeric types (``numpy_helper.to_array`` copies and costs ~20 µs per call, and a
+    pass reads every weight of a model: BatchNormalization folding alone, 260 of
+    MobileNetV2's), else ``numpy_helper.to_array``."""
+    dtype = _RAW_TYPES.get(tensor.data_type)
+    if (dtype is not None and tensor.HasField("raw_data") and not tensor.external_data
+            and sys.byteorder == "little"):
+        flat = np.frombuffer(tensor.raw_data, dtype=dtype)
+        count = math.prod(tensor.dims)
+        if flat.size == count:
+            return flat.reshape(tuple(tensor.dims))
+    return numpy_helper.to_array(tensor)
 
 
 def subgraph_reads(nodes: Iterable[onnx.NodeProto]) -> set[str]:
@@ -88,9 +112,7 @@ class Rewrite:
         self._removed: set[int] = set()
         self._inserted: dict[int, list[onnx.NodeProto]] = {}
         self._new_initializers: list[onnx.TensorProto] = []
-        self._names = {n for node in graph.node for n in [*node.input, *node.output]} | set(
-            self.initializers
-        )
+        self._names: set[str] | None = None  # every name in the graph, built on first need
         self._counter = itertools.count()
         self._order: dict[int, int] | None = None
 
@@ -112,7 +134,7 @@ class Rewrite:
         if name in self.created:
             return self.created[name]
         try:
-            value = numpy_helper.to_array(self.initializers[name])
+            value = _tensor_array(self.initializers[name])
         except Exception:
             # Unreadable (bytes that do not match its type and shape, an undefined type):
             # no pattern matches it, and building the graph reports it naming the value.
@@ -196,6 +218,9 @@ class Rewrite:
     # -- edits -------------------------------------------------------------------------
     def fresh_name(self, base: str) -> str:
         """A value or node name not used anywhere in the graph."""
+        if self._names is None:
+            self._names = {n for node in self.graph.node for n in [*node.input, *node.output]}
+            self._names.update(self.initializers)
         while True:
             name = f"{base}__onyxrt{next(self._counter)}"
             if name not in self._names:
