@@ -99,6 +99,8 @@ def _check_text(message: Any, origin: str, path: Any = "model") -> None:
     the bytes fields (``ListFields`` would hand out copies of the weights' raw data).
     ``path`` is built lazily, (parent, field, index) tuples turned into text only for an
     error: formatting it for each of a model's ~1000 messages cost ~2 ms."""
+    if type(message) is onnx.TensorProto and _plain_tensor(message):
+        return  # most messages of a model, and the only text is the name: checked there
     strings, messages = _text_fields(message.DESCRIPTOR)
     for name, repeated in strings:
         for text in getattr(message, name) if repeated else (getattr(message, name),):
@@ -113,6 +115,16 @@ def _check_text(message: Any, origin: str, path: Any = "model") -> None:
                 _check_text(item, origin, (path, name, i))
         elif message.HasField(name):
             _check_text(getattr(message, name), origin, (path, name, None))
+
+
+def _plain_tensor(tensor: Any) -> bool:
+    """Whether a TensorProto's only text fields are a valid name and doc string (no
+    external data, segment or metadata entries, which the general walk reads)."""
+    return (
+        not isinstance(tensor.name, bytes) and not isinstance(tensor.doc_string, bytes)
+        and not tensor.external_data and not getattr(tensor, "metadata_props", ())
+        and not tensor.HasField("segment")
+    )
 
 
 def _path_text(path: Any) -> str:
