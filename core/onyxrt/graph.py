@@ -82,6 +82,9 @@ def subgraph_outer_names(graph: onnx.GraphProto) -> set[str]:
     return used - defined
 
 
+_GRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
 def _attr_graphs(attr: onnx.AttributeProto) -> Iterable[onnx.GraphProto]:
     if attr.type == onnx.AttributeProto.GRAPH:
         yield attr.g
@@ -313,8 +316,9 @@ def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node
     for node in protos:
         outer: set[str] = set()
         for attr in node.attribute:
-            for g in _attr_graphs(attr):
-                outer |= subgraph_outer_names(g)
+            if attr.type in _GRAPH_ATTRIBUTES:  # skip the generator for the rest
+                for g in _attr_graphs(attr):
+                    outer |= subgraph_outer_names(g)
         implicit.append(tuple(sorted(outer - set(node.input))))
         d: set[int] = set()
         for name in [*node.input, *implicit[-1]]:
