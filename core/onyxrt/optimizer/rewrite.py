@@ -31,9 +31,9 @@ _CACHED_ELEMENTS = 4096
 
 
 # Element types whose raw bytes are the array as numpy reads it (little-endian here).
-_RAW_TYPES = {
-    onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
-    onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32,
+_RAW_TYPES: dict[int, np.dtype[Any]] = {
+    onnx.TensorProto.FLOAT: np.dtype(np.float32), onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+    onnx.TensorProto.INT64: np.dtype(np.int64), onnx.TensorProto.INT32: np.dtype(np.int32),
 }
 
 
@@ -42,7 +42,7 @@ def _tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
     numeric types (``numpy_helper.to_array`` copies and costs ~20 µs per call, and a
     pass reads every weight of a model: BatchNormalization folding alone, 260 of
     MobileNetV2's), else ``numpy_helper.to_array``."""
-    dtype = _RAW_TYPES.get(tensor.data_type)
+    dtype = _RAW_TYPES.get(int(tensor.data_type))
     if (dtype is not None and tensor.HasField("raw_data") and not tensor.external_data
             and sys.byteorder == "little"):
         flat = np.frombuffer(tensor.raw_data, dtype=dtype)
