@@ -101,6 +101,8 @@ def _check_text(message: Any, origin: str, path: Any = "model") -> None:
     error: formatting it for each of a model's ~1000 messages cost ~2 ms."""
     if type(message) is onnx.TensorProto and _plain_tensor(message):
         return  # most messages of a model, and the only text is the name: checked there
+    if type(message) is onnx.AttributeProto and _plain_attribute(message):
+        return  # a number, numbers or bytes: its text fields are checked there
     strings, messages = _text_fields(message.DESCRIPTOR)
     for name, repeated in strings:
         for text in getattr(message, name) if repeated else (getattr(message, name),):
@@ -124,6 +126,21 @@ def _plain_tensor(tensor: Any) -> bool:
         not isinstance(tensor.name, bytes) and not isinstance(tensor.doc_string, bytes)
         and not tensor.external_data and not getattr(tensor, "metadata_props", ())
         and not tensor.HasField("segment")
+    )
+
+
+# Attribute types that hold no message with text of its own (strings are bytes fields).
+_PLAIN_ATTRIBUTES = frozenset({
+    onnx.AttributeProto.INT, onnx.AttributeProto.INTS, onnx.AttributeProto.FLOAT,
+    onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS,
+})
+
+
+def _plain_attribute(attr: Any) -> bool:
+    """Whether an AttributeProto is a plain value whose text fields are all valid."""
+    return (
+        attr.type in _PLAIN_ATTRIBUTES and not isinstance(attr.name, bytes)
+        and not isinstance(attr.ref_attr_name, bytes) and not isinstance(attr.doc_string, bytes)
     )
 
 
