@@ -91,6 +91,24 @@ release(Py_buffer *view)
     }
 }
 
+void
+release_all(Py_buffer *views, int count)
+{
+    for (int i = 0; i < count; i++) {
+        release(&views[i]);
+    }
+}
+
+int
+check_activation(int act)
+{
+    if (act < ACT_NONE || act > ACT_LEAKY) {
+        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
+        return -1;
+    }
+    return 0;
+}
+
 int
 check_positive(const char *what, idx value, idx minimum)
 {

@@ -231,8 +231,7 @@ py_depthwise(PyObject *self, PyObject *args)
                           &p1)) {
         return NULL;
     }
-    if (act < ACT_NONE || act > ACT_LEAKY) {
-        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
+    if (check_activation(act) < 0) {
         return NULL;
     }
     Geometry g;

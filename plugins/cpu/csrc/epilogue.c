@@ -73,8 +73,7 @@ py_epilogue(PyObject *self, PyObject *args)
     if (check_positive("channels", channels, 1) < 0 || check_positive("length", length, 0) < 0) {
         return NULL;
     }
-    if (act < ACT_NONE || act > ACT_LEAKY) {
-        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
+    if (check_activation(act) < 0) {
         return NULL;
     }
     Py_buffer y, b, z;

@@ -382,8 +382,7 @@ py_gemm(PyObject *self, PyObject *args)
                           &f.p1)) {
         return NULL;
     }
-    if (f.act < ACT_NONE || f.act > ACT_LEAKY) {
-        PyErr_Format(PyExc_ValueError, "unknown activation code %d", f.act);
+    if (check_activation(f.act) < 0) {
         return NULL;
     }
     if (check_positive("m", m, 0) < 0 || check_positive("n", n, 0) < 0 ||
@@ -393,50 +392,29 @@ py_gemm(PyObject *self, PyObject *args)
         check_positive("B column stride", bcs, 0) < 0) {
         return NULL;
     }
-    Py_buffer a, b, c;
-    if (get_f32(ao, &a, 0, a_packed ? gemm_packed_floats(m, k, 0) : span(m, k, ars, acs), "A") < 0) {
+    enum { A, B, C, ROW_BIAS, COL_BIAS, Z, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    int ok = get_f32(ao, &v[A], 0, a_packed ? gemm_packed_floats(m, k, 0) : span(m, k, ars, acs), "A") == 0;
+    ok = ok && get_f32(bo, &v[B], 0, b_packed ? gemm_packed_floats(n, k, 1) : span(k, n, brs, bcs), "B") == 0;
+    ok = ok && get_f32_rows(co, &v[C], m, n, &ldc, 1, "C") == 0;
+    ok = ok && get_optional_f32(rbo, &v[ROW_BIAS], m, "row bias") == 0;
+    ok = ok && get_optional_f32(cbo, &v[COL_BIAS], n, "column bias") == 0;
+    ok = ok && (zo == Py_None || get_f32_rows(zo, &v[Z], m, n, &f.ldz, 0, "z") == 0);
+    int rc = 0;
+    if (ok) {
+        f.row_bias = (const float *)v[ROW_BIAS].buf;
+        f.col_bias = (const float *)v[COL_BIAS].buf;
+        f.z = (const float *)v[Z].buf;
+        Py_BEGIN_ALLOW_THREADS
+        rc = onyxrt_gemm((const float *)v[A].buf, ars, acs, a_packed, (const float *)v[B].buf, brs,
+                         bcs, b_packed, (float *)v[C].buf, ldc, m, n, k, &f);
+        Py_END_ALLOW_THREADS
+    }
+    release_all(v, VIEWS);
+    if (!ok) {
         return NULL;
     }
-    if (get_f32(bo, &b, 0, b_packed ? gemm_packed_floats(n, k, 1) : span(k, n, brs, bcs), "B") < 0) {
-        release(&a);
-        return NULL;
-    }
-    if (get_f32_rows(co, &c, m, n, &ldc, 1, "C") < 0) {
-        release(&a);
-        release(&b);
-        return NULL;
-    }
-    Py_buffer rb, cb, z;
-    memset(&z, 0, sizeof(z));
-    if (get_optional_f32(rbo, &rb, m, "row bias") < 0) {
-        release(&a);
-        release(&b);
-        release(&c);
-        return NULL;
-    }
-    if (get_optional_f32(cbo, &cb, n, "column bias") < 0 ||
-        (zo != Py_None && get_f32_rows(zo, &z, m, n, &f.ldz, 0, "z") < 0)) {
-        release(&a);
-        release(&b);
-        release(&c);
-        release(&rb);
-        release(&cb);
-        return NULL;
-    }
-    f.row_bias = (const float *)rb.buf;
-    f.col_bias = (const float *)cb.buf;
-    f.z = (const float *)z.buf;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = onyxrt_gemm((const float *)a.buf, ars, acs, a_packed, (const float *)b.buf, brs, bcs,
-                     b_packed, (float *)c.buf, ldc, m, n, k, &f);
-    Py_END_ALLOW_THREADS
-    release(&a);
-    release(&b);
-    release(&c);
-    release(&rb);
-    release(&cb);
-    release(&z);
     if (rc < 0) {
         return PyErr_NoMemory();
     }

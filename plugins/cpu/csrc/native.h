@@ -69,6 +69,10 @@ int get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name)
 int get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, int writable,
                  const char *name);
 void release(Py_buffer *view);
+/* release() on views[0..count): views zeroed (memset) or got are both safe. */
+void release_all(Py_buffer *views, int count);
+/* 0, or -1 with ValueError when `act` is no ACT_* code. */
+int check_activation(int act);
 int check_positive(const char *what, idx value, idx minimum);
 void valid_range(idx n_out, idx stride, idx offset, idx size, idx *lo, idx *hi);
 int parse_geometry(PyObject *tuple, Geometry *g);

@@ -366,6 +366,16 @@ depthwise_pixel(const Geometry *g, const float *xb, const float *wb, idx oh, idx
 
 #define DW_TILE 4 /* output pixels computed together in a row's interior */
 
+/* Output pixel `ow` of row yr: v + the residual (zr: its row, or NULL), activated. */
+static inline __attribute__((always_inline)) void
+depthwise_store(const DepthwiseCall *d, float *yr, const float *zr, idx ow, v16 v)
+{
+    if (zr) {
+        v += *(const v16 *)(zr + ow * BLOCK);
+    }
+    *(v16 *)(yr + ow * BLOCK) = activate16(v, d->act, d->p0, d->p1);
+}
+
 /* One output row of one block, 16 channels at a time: the interior columns [lo, hi) in
  * tiles of DW_TILE pixels, each tap's filter vector loaded once per tile (for 3x3 the
  * taps unroll, `taps3`), the edges pixel by pixel with bounds checks. */
@@ -383,11 +393,7 @@ depthwise_row(const DepthwiseCall *d, idx item, idx lo, idx hi, int taps3)
     const idx step = g->sw * BLOCK;
     idx ow = 0;
     for (; ow < lo && ow < g->ow; ow++) {
-        v16 v = depthwise_pixel(g, xb, wb, oh, ow, bias);
-        if (zr) {
-            v += *(const v16 *)(zr + ow * BLOCK);
-        }
-        *(v16 *)(yr + ow * BLOCK) = activate16(v, d->act, d->p0, d->p1);
+        depthwise_store(d, yr, zr, ow, depthwise_pixel(g, xb, wb, oh, ow, bias));
     }
     for (; ow + DW_TILE <= hi; ow += DW_TILE) {
         v16 acc[DW_TILE];
@@ -411,19 +417,11 @@ depthwise_row(const DepthwiseCall *d, idx item, idx lo, idx hi, int taps3)
             }
         }
         for (int p = 0; p < DW_TILE; p++) {
-            v16 v = acc[p];
-            if (zr) {
-                v += *(const v16 *)(zr + (ow + p) * BLOCK);
-            }
-            *(v16 *)(yr + (ow + p) * BLOCK) = activate16(v, d->act, d->p0, d->p1);
+            depthwise_store(d, yr, zr, ow + p, acc[p]);
         }
     }
     for (; ow < g->ow; ow++) {
-        v16 v = depthwise_pixel(g, xb, wb, oh, ow, bias);
-        if (zr) {
-            v += *(const v16 *)(zr + ow * BLOCK);
-        }
-        *(v16 *)(yr + ow * BLOCK) = activate16(v, d->act, d->p0, d->p1);
+        depthwise_store(d, yr, zr, ow, depthwise_pixel(g, xb, wb, oh, ow, bias));
     }
 }
 
@@ -568,16 +566,6 @@ from_blocked(void *ctx, idx begin, idx end)
 
 /* ---------------------------------------------------------------- Python entry points */
 
-static int
-check_activation(int act)
-{
-    if (act < ACT_NONE || act > ACT_LEAKY) {
-        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
-        return -1;
-    }
-    return 0;
-}
-
 PyObject *
 py_nchwc_conv(PyObject *self, PyObject *args)
 {
@@ -598,28 +586,23 @@ py_nchwc_conv(PyObject *self, PyObject *args)
     }
     const idx cg = blocked ? BLOCK : 1;
     const idx out = g.n * ob * g.oh * g.ow * BLOCK;
-    Py_buffer x, w, y, b, z;
-    memset(&w, 0, sizeof(w));
-    memset(&y, 0, sizeof(y));
-    memset(&b, 0, sizeof(b));
-    memset(&z, 0, sizeof(z));
-    int ok = get_f32(xo, &x, 0, g.n * groups * g.h * g.w * cg, "x") == 0;
-    ok = ok && get_f32(wo, &w, 0, (ob + QUAD_BLOCKS - 1) / QUAD_BLOCKS * g.kh * g.kw * groups * cg * QUAD, "filters") == 0;
-    ok = ok && get_f32(yo, &y, 1, out, "y") == 0;
-    ok = ok && get_optional_f32(bo, &b, ob * BLOCK, "bias") == 0;
-    ok = ok && get_optional_f32(zo, &z, zo == Py_None ? 0 : out, "z") == 0;
+    enum { X, W, Y, B, Z, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    int ok = get_f32(xo, &v[X], 0, g.n * groups * g.h * g.w * cg, "x") == 0;
+    ok = ok && get_f32(wo, &v[W], 0, (ob + QUAD_BLOCKS - 1) / QUAD_BLOCKS * g.kh * g.kw * groups * cg * QUAD, "filters") == 0;
+    ok = ok && get_f32(yo, &v[Y], 1, out, "y") == 0;
+    ok = ok && get_optional_f32(bo, &v[B], ob * BLOCK, "bias") == 0;
+    ok = ok && get_optional_f32(zo, &v[Z], zo == Py_None ? 0 : out, "z") == 0;
     int rc = 0;
     if (ok) {
         Py_BEGIN_ALLOW_THREADS
-        rc = nchwc_conv((const float *)x.buf, blocked, groups, &g, (const float *)w.buf, ob,
-                        (const float *)b.buf, (const float *)z.buf, (float *)y.buf, act, p0, p1);
+        rc = nchwc_conv((const float *)v[X].buf, blocked, groups, &g, (const float *)v[W].buf, ob,
+                        (const float *)v[B].buf, (const float *)v[Z].buf, (float *)v[Y].buf, act, p0,
+                        p1);
         Py_END_ALLOW_THREADS
     }
-    release(&x);
-    release(&w);
-    release(&y);
-    release(&b);
-    release(&z);
+    release_all(v, VIEWS);
     if (!ok) {
         return NULL;
     }
@@ -645,22 +628,20 @@ py_nchwc_depthwise(PyObject *self, PyObject *args)
     }
     const Geometry *g = &d.g; /* g->c counts blocks */
     const idx out = g->n * g->c * g->oh * g->ow * BLOCK;
-    Py_buffer x, w, y, b, z;
-    memset(&w, 0, sizeof(w));
-    memset(&y, 0, sizeof(y));
-    memset(&b, 0, sizeof(b));
-    memset(&z, 0, sizeof(z));
-    int ok = get_f32(xo, &x, 0, g->n * g->c * g->h * g->w * BLOCK, "x") == 0;
-    ok = ok && get_f32(wo, &w, 0, g->c * g->kh * g->kw * BLOCK, "filters") == 0;
-    ok = ok && get_f32(yo, &y, 1, out, "y") == 0;
-    ok = ok && get_optional_f32(bo, &b, g->c * BLOCK, "bias") == 0;
-    ok = ok && get_optional_f32(zo, &z, zo == Py_None ? 0 : out, "z") == 0;
+    enum { X, W, Y, B, Z, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    int ok = get_f32(xo, &v[X], 0, g->n * g->c * g->h * g->w * BLOCK, "x") == 0;
+    ok = ok && get_f32(wo, &v[W], 0, g->c * g->kh * g->kw * BLOCK, "filters") == 0;
+    ok = ok && get_f32(yo, &v[Y], 1, out, "y") == 0;
+    ok = ok && get_optional_f32(bo, &v[B], g->c * BLOCK, "bias") == 0;
+    ok = ok && get_optional_f32(zo, &v[Z], zo == Py_None ? 0 : out, "z") == 0;
     if (ok) {
-        d.x = (const float *)x.buf;
-        d.w = (const float *)w.buf;
-        d.bias = (const float *)b.buf;
-        d.z = (const float *)z.buf;
-        d.y = (float *)y.buf;
+        d.x = (const float *)v[X].buf;
+        d.w = (const float *)v[W].buf;
+        d.bias = (const float *)v[B].buf;
+        d.z = (const float *)v[Z].buf;
+        d.y = (float *)v[Y].buf;
         d.act = act;
         d.p0 = p0;
         d.p1 = p1;
@@ -669,11 +650,7 @@ py_nchwc_depthwise(PyObject *self, PyObject *args)
                      1 + MIN_PARALLEL_FLOATS / (g->ow * BLOCK * g->kh * g->kw + 1));
         Py_END_ALLOW_THREADS
     }
-    release(&x);
-    release(&w);
-    release(&y);
-    release(&b);
-    release(&z);
+    release_all(v, VIEWS);
     if (!ok) {
         return NULL;
     }

@@ -262,8 +262,7 @@ py_winograd_output(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "Winograd F(2x2, 3x3) needs a 3x3 kernel, stride 1, dilation 1");
         return NULL;
     }
-    if (act < ACT_NONE || act > ACT_LEAKY) {
-        PyErr_Format(PyExc_ValueError, "unknown activation code %d", act);
+    if (check_activation(act) < 0) {
         return NULL;
     }
     const idx th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2;

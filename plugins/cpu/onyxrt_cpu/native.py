@@ -174,14 +174,16 @@ def epilogue_ready(shape: tuple[int, ...], bias: np.ndarray | None, z: np.ndarra
 
 
 def _geometry(
-    x: np.ndarray,
+    shape: tuple[int, ...],
     kernel: tuple[int, ...],
     out: tuple[int, ...],
     strides: tuple[int, ...],
     pads_begin: tuple[int, ...],
     dilations: tuple[int, ...],
 ) -> tuple[int, ...]:
-    n, c, h, w = x.shape
+    """The C code's Geometry tuple for an input of ``shape``: (N, C, H, W, ...) in NCHW,
+    (N, blocks, H, W, 16) in NCHWc (where C counts blocks)."""
+    n, c, h, w = shape[:4]
     return (n, c, h, w, kernel[0], kernel[1], out[0], out[1], strides[0], strides[1],
             pads_begin[0], pads_begin[1], dilations[0], dilations[1])
 
@@ -203,7 +205,7 @@ def depthwise2d(
     qualify (rank, dtype, layout)."""
     if x.ndim != 4 or len(kernel) != 2 or not _ready(x, wp, y):
         return False
-    geometry = _geometry(x, kernel, y.shape[2:], strides, pads_begin, dilations)
+    geometry = _geometry(x.shape, kernel, y.shape[2:], strides, pads_begin, dilations)
     _native.depthwise(x, wp, y, geometry, wp.shape[1], *(finish or ()))
     return True
 
@@ -220,7 +222,7 @@ def maxpool2d(
     -inf and NaN propagating; ``False`` when the call does not qualify."""
     if x.ndim != 4 or len(kernel) != 2 or not _ready(x, y):
         return False
-    _native.maxpool(x, y, _geometry(x, kernel, y.shape[2:], strides, pads_begin, dilations))
+    _native.maxpool(x, y, _geometry(x.shape, kernel, y.shape[2:], strides, pads_begin, dilations))
     return True
 
 
@@ -239,7 +241,7 @@ def im2col2d(
     qualify."""
     if x.ndim != 4 or len(kernel) != 2 or cols.ndim != 5 or not _ready(x, cols):
         return False
-    geometry = _geometry(x, kernel, out, strides, pads_begin, dilations)
+    geometry = _geometry(x.shape, kernel, out, strides, pads_begin, dilations)
     _native.im2col(x, cols, geometry, r0, cols.shape[3])
     return True
 
@@ -446,14 +448,6 @@ def pack_nchwc_depthwise(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(full.reshape(-1, NCHWC_BLOCK, kh * kw).transpose(0, 2, 1))
 
 
-def _nchwc_geometry(
-    n: int, c: int, h: int, w: int, kernel: tuple[int, ...], out: tuple[int, ...],
-    strides: tuple[int, ...], pads_begin: tuple[int, ...], dilations: tuple[int, ...],
-) -> tuple[int, ...]:
-    return (n, c, h, w, kernel[0], kernel[1], out[0], out[1], strides[0], strides[1],
-            pads_begin[0], pads_begin[1], dilations[0], dilations[1])
-
-
 def nchwc_conv(
     x: np.ndarray,
     filters: np.ndarray,
@@ -472,11 +466,8 @@ def nchwc_conv(
     blocked (N, G, H, W, 16) or plain NCHW (N, C, H, W, read in place); ``filters`` from
     :func:`pack_nchwc_filters` for that layout, ``bias`` padded to OB * 16, ``z`` in
     ``y``'s layout. Leading pads must be >= 0."""
-    blocked = x.ndim == 5
-    n, groups, h, w = x.shape[:4]
-    geometry = _nchwc_geometry(n, groups, h, w, kernel, y.shape[2:4], strides, pads_begin,
-                               dilations)
-    _native.nchwc_conv(x, blocked, groups, geometry, filters, y.shape[1], y, bias, z, act, p0, p1)
+    run = nchwc_runner(x.shape, y.shape, filters, kernel, strides, pads_begin, dilations, False)
+    run(x, y, bias, z, act, p0, p1)
 
 
 #: A prepared NCHWc convolution: ``run(x, y, bias, z, act, p0, p1)``.
@@ -496,8 +487,7 @@ def nchwc_runner(
     """:func:`nchwc_conv` (or :func:`nchwc_depthwise`) with everything that depends only on
     the shapes worked out once: the returned ``run(x, y, bias, z, act, p0, p1)`` is one
     compiled call (the C code still checks every buffer against the geometry)."""
-    n, groups, h, w = x_shape[:4]
-    geometry = _nchwc_geometry(n, groups, h, w, kernel, y_shape[2:4], strides, pads_begin, dilations)
+    geometry = _geometry(x_shape, kernel, y_shape[2:4], strides, pads_begin, dilations)
     if depthwise:
         depthwise_fn = _native.nchwc_depthwise
 
@@ -505,7 +495,7 @@ def nchwc_runner(
             depthwise_fn(x, filters, y, geometry, bias, z, act, p0, p1)
 
         return run_depthwise
-    conv_fn, blocked, out_blocks = _native.nchwc_conv, len(x_shape) == 5, y_shape[1]
+    conv_fn, blocked, groups, out_blocks = _native.nchwc_conv, len(x_shape) == 5, x_shape[1], y_shape[1]
 
     def run(x, y, bias, z, act, p0, p1):  # type: ignore[no-untyped-def]
         conv_fn(x, blocked, groups, geometry, filters, out_blocks, y, bias, z, act, p0, p1)
@@ -530,10 +520,8 @@ def nchwc_depthwise(
     """Depthwise convolution (one channel per group) of blocked ``x`` (N, B, H, W, 16) into
     ``y`` (N, B, OH, OW, 16), ``filters`` from :func:`pack_nchwc_depthwise`, zero padding,
     then bias (padded to B * 16), residual ``z`` and activation."""
-    n, blocks, h, w = x.shape[:4]
-    geometry = _nchwc_geometry(n, blocks, h, w, kernel, y.shape[2:4], strides, pads_begin,
-                               dilations)
-    _native.nchwc_depthwise(x, filters, y, geometry, bias, z, act, p0, p1)
+    run = nchwc_runner(x.shape, y.shape, filters, kernel, strides, pads_begin, dilations, True)
+    run(x, y, bias, z, act, p0, p1)
 
 
 def nchwc_maxpool(
@@ -546,9 +534,8 @@ def nchwc_maxpool(
 ) -> None:
     """2-D max pooling of blocked ``x`` (N, B, H, W, 16) into ``y`` (N, B, OH, OW, 16):
     padding and windows past the input count as -inf, NaN propagates."""
-    n, blocks, h, w = x.shape[:4]
-    _native.nchwc_maxpool(x, y, _nchwc_geometry(n, blocks, h, w, kernel, y.shape[2:4], strides,
-                                                pads_begin, dilations))
+    _native.nchwc_maxpool(x, y, _geometry(x.shape, kernel, y.shape[2:4], strides, pads_begin,
+                                          dilations))
 
 
 def nchwc_global_average(x: np.ndarray) -> np.ndarray:
