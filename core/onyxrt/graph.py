@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,7 +23,8 @@ from .errors import InvalidGraph, OnyxError
 from .kernels import ValueType, parse_attribute
 from .limits import check_allocation
 
-__all__ = ["Node", "Graph", "GraphView", "read_initializers", "subgraph_outer_names", "check_structure"]
+__all__ = ["Node", "Graph", "GraphView", "read_initializers", "subgraph_outer_names", "check_structure",
+           "node_subgraphs", "SUBGRAPH_OPS", "tensor_array"]
 
 
 @dataclass(eq=False)
@@ -74,22 +76,57 @@ def subgraph_outer_names(graph: onnx.GraphProto) -> set[str]:
     used: set[str] = set()
     for node in graph.node:
         used.update(n for n in node.input if n)
-        for attr in node.attribute:
-            for g in _attr_graphs(attr):
-                used |= subgraph_outer_names(g)
+        for g in node_subgraphs(node):
+            used |= subgraph_outer_names(g)
         defined.update(node.output)
     used.update(o.name for o in graph.output)
     return used - defined
 
 
-_GRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+# The default-domain operators with graph attributes. The loader checks every
+# default-domain node's attributes against its schema, so no other default-domain node
+# carries a graph and its attributes need not be read (building the attribute wrappers
+# of every node, for each pass of the optimizer, cost MobileNetV2's creation ~3 ms).
+# Nodes of other domains (custom operators) may carry graphs.
+SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
-def _attr_graphs(attr: onnx.AttributeProto) -> Iterable[onnx.GraphProto]:
-    if attr.type == onnx.AttributeProto.GRAPH:
-        yield attr.g
-    elif attr.type == onnx.AttributeProto.GRAPHS:
-        yield from attr.graphs
+def node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs held by ``node``'s attributes (bodies of If/Loop/Scan/SequenceMap, or
+    of a custom operator), in attribute order; a list, not a generator: it is asked of
+    every node by every pass, and nearly always answers ``[]``."""
+    if node.op_type not in SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
+        return []
+    graphs: list[onnx.GraphProto] = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            graphs.append(attr.g)
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            graphs.extend(attr.graphs)
+    return graphs
+
+
+# Element types whose raw bytes are the array as numpy reads it (little-endian here).
+_RAW_TYPES: dict[int, np.dtype[Any]] = {
+    onnx.TensorProto.FLOAT: np.dtype(np.float32), onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+    onnx.TensorProto.INT64: np.dtype(np.int64), onnx.TensorProto.INT32: np.dtype(np.int32),
+}
+
+
+def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """The value of a tensor: a read-only view of its raw bytes for the common numeric
+    types (``numpy_helper.to_array`` copies them once more and costs ~20 µs per call;
+    a session reads every weight of a model, the optimizer some of them again), else
+    ``numpy_helper.to_array``. Raises what ``to_array`` raises for unreadable bytes."""
+    dtype = _RAW_TYPES.get(tensor.data_type)
+    if dtype is not None and sys.byteorder == "little" and tensor.data_location != onnx.TensorProto.EXTERNAL:
+        raw = tensor.raw_data  # (a copy: upb hands out bytes fields as new objects)
+        if raw:
+            flat = np.frombuffer(raw, dtype=dtype) if len(raw) % dtype.itemsize == 0 else None
+            dims = tuple(tensor.dims)
+            if flat is not None and flat.size == math.prod(dims):
+                return flat.reshape(dims)
+    return numpy_helper.to_array(tensor)
 
 
 def read_initializers(
@@ -104,7 +141,7 @@ def read_initializers(
             initializers[t.name] = arrays[t.name]
             continue
         try:
-            initializers[t.name] = numpy_helper.to_array(t)
+            initializers[t.name] = tensor_array(t)
         except Exception as exc:  # a tensor whose bytes do not match its declared shape
             raise InvalidGraph(
                 f"initializer {t.name!r} cannot be read: {_size_mismatch(t) or exc}. The "
@@ -315,11 +352,9 @@ def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node
     deps: list[set[int]] = []
     for node in protos:
         outer: set[str] = set()
-        for attr in node.attribute:
-            if attr.type in _GRAPH_ATTRIBUTES:  # skip the generator for the rest
-                for g in _attr_graphs(attr):
-                    outer |= subgraph_outer_names(g)
-        implicit.append(tuple(sorted(outer - set(node.input))))
+        for g in node_subgraphs(node):
+            outer |= subgraph_outer_names(g)
+        implicit.append(tuple(sorted(outer - set(node.input))) if outer else ())
         d: set[int] = set()
         for name in [*node.input, *implicit[-1]]:
             if name in available:

@@ -7,6 +7,7 @@ or an offset/length past the end of the file is rejected with the reason.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -292,7 +293,7 @@ def opset_versions(model: onnx.ModelProto) -> dict[str, int]:
 def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> None:
     for node in graph.node:
         domain = "" if node.domain == "ai.onnx" else node.domain
-        if domain in ("", "ai.onnx.ml", "ai.onnx.preview.training") and not onnx.defs.has(
+        if domain in ("", "ai.onnx.ml", "ai.onnx.preview.training") and not _known_operator(
             node.op_type, domain
         ):
             raise NotImplementedOp(
@@ -318,49 +319,86 @@ def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> N
 _ATTRIBUTE_TYPES = frozenset(onnx.AttributeProto.AttributeType.values())
 
 
+@dataclass(frozen=True)
+class _SchemaFacts:
+    """What :func:`_check_arity` reads from one operator's schema at one opset."""
+
+    since_version: int
+    inputs: tuple[int, int]
+    outputs: tuple[int, int]
+    attribute_types: dict[str, int]
+    required: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_facts(op_type: str, opset: int) -> _SchemaFacts | None:
+    """The arity and attributes of a default-domain operator at ``opset`` (None if it is
+    not defined there). Cached: ``get_schema`` builds a new schema object with its
+    attribute table on each call, ~15 µs, once per node of every model."""
+    try:
+        schema = onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain="")
+    except onnx.defs.SchemaError:
+        return None
+    return _SchemaFacts(
+        since_version=int(schema.since_version),
+        inputs=(schema.min_input, schema.max_input),
+        outputs=(schema.min_output, schema.max_output),
+        # (a pybind enum; the stub lacks __int__)
+        attribute_types={name: int(a.type) for name, a in schema.attributes.items()},  # type: ignore[call-overload]
+        required=tuple(name for name, a in schema.attributes.items() if a.required),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_operator(op_type: str, domain: str) -> bool:
+    return bool(onnx.defs.has(op_type, domain))
+
+
 def _check_arity(node: onnx.NodeProto, origin: str, opset: int) -> None:
     """A standard operator's input and output counts must fit its schema at the model's
     opset, and its attributes be the schema's (as onnxruntime checks when it resolves the
     graph): the optimizer's patterns and the kernels index a node's inputs by position."""
-    try:
-        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="")
-    except onnx.defs.SchemaError:
+    facts = _schema_facts(node.op_type, opset)
+    if facts is None:
         return  # not defined at this opset: the partitioner reports that no provider runs it
-    for what, count, low, high in (
-        ("inputs", len(node.input), schema.min_input, schema.max_input),
-        ("outputs", len(node.output), schema.min_output, schema.max_output),
+    op = f"{node.op_type}-{facts.since_version}"
+    for what, count, (low, high) in (
+        ("inputs", len(node.input), facts.inputs),
+        ("outputs", len(node.output), facts.outputs),
     ):
         if not low <= count <= high:
             expected = f"{low}" if low == high else f"{low} to {high}" if high < 1 << 30 else f"at least {low}"
             raise InvalidGraph(
                 f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) has {count} {what}, but "
-                f"{node.op_type}-{schema.since_version} takes {expected}; fix the node in the model"
+                f"{op} takes {expected}; fix the node in the model"
             )
     # Unknown attributes too: an attribute of another version (ReduceMean's 'axes' became
     # an input in opset 18) would be honoured by a pattern reading it and ignored by the
     # kernel, so what the model computes would depend on the optimization level.
-    names = {a.name for a in node.attribute}
-    for name in sorted(names - set(schema.attributes)):
-        raise InvalidGraph(
-            f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) has attribute {name!r}, which "
-            f"{node.op_type}-{schema.since_version} (the version at the model's opset {opset}) does "
-            f"not define; it takes {sorted(schema.attributes) or 'no attributes'}"
-        )
+    types = facts.attribute_types
     for a in node.attribute:
-        want = int(schema.attributes[a.name].type)  # type: ignore[call-overload]  # (a pybind enum; the stub lacks __int__)
+        want = types.get(a.name)
+        if want is None:
+            raise InvalidGraph(
+                f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) has attribute {a.name!r}, "
+                f"which {op} (the version at the model's opset {opset}) does not define; it takes "
+                f"{sorted(types) or 'no attributes'}"
+            )
         if a.type != want:
             got = onnx.AttributeProto.AttributeType.Name(a.type) if a.type in _ATTRIBUTE_TYPES else str(a.type)
             raise InvalidGraph(
                 f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}): attribute {a.name!r} is of "
-                f"type {got}, but {node.op_type}-{schema.since_version} takes "
-                f"{onnx.AttributeProto.AttributeType.Name(want)}; fix the node in the model"
+                f"type {got}, but {op} takes {onnx.AttributeProto.AttributeType.Name(want)}; fix the "
+                "node in the model"
             )
-    for name, attr in schema.attributes.items():
-        if attr.required and name not in names:
-            raise InvalidGraph(
-                f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) lacks the required "
-                f"attribute {name!r} of {node.op_type}-{schema.since_version}; add it to the node"
-            )
+    if facts.required:
+        names = {a.name for a in node.attribute}
+        for name in facts.required:
+            if name not in names:
+                raise InvalidGraph(
+                    f"{origin}: node {node.name or '(unnamed)'!r} ({node.op_type}) lacks the required "
+                    f"attribute {name!r} of {op}; add it to the node"
+                )
 
 
 def _check_dims(graph: onnx.GraphProto, origin: str) -> None:

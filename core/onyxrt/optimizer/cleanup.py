@@ -9,7 +9,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..kernels import parse_attribute
-from .rewrite import DEFAULT_DOMAINS, Rewrite, remove_initializers, subgraph_reads
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, remove_initializers, subgraph_reads
 
 __all__ = ["fold_constant_nodes", "eliminate_identities", "fold_casts", "eliminate_dead_nodes"]
 
@@ -105,6 +105,8 @@ def fold_casts(model: onnx.ModelProto) -> onnx.ModelProto:
 
     Needs the inferred element types; a Cast whose input type is unknown is kept.
     """
+    if not has_op(model.graph, "Cast"):
+        return model
     rw = Rewrite(model)
     for node in model.graph.node:
         if node.op_type != "Cast" or node.domain not in DEFAULT_DOMAINS or rw.is_removed(node):

@@ -20,6 +20,7 @@ import onnx
 from onnx import helper
 
 from ..errors import OnyxError
+from ..graph import node_subgraphs
 from .rewrite import DEFAULT_DOMAINS, Rewrite
 
 __all__ = ["fold_constants", "MAX_FOLDED_BYTES"]
@@ -62,7 +63,7 @@ def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in model.graph.node:
         if node.domain not in DEFAULT_DOMAINS or node.op_type in _NEVER_FOLDED:
             continue
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if node_subgraphs(node):
             continue
         outputs = [o for o in node.output if o]
         if not outputs or any(o in rw.graph_outputs for o in outputs):

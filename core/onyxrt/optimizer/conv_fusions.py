@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .rewrite import Rewrite
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fold_batch_norm_into_conv", "fuse_conv_activation", "ACTIVATIONS"]
@@ -28,6 +28,21 @@ def _attr(node: onnx.NodeProto, name: str, default: float) -> float:
     return default
 
 
+def _bn_attrs(bn: onnx.NodeProto) -> tuple[float, bool]:
+    """A BatchNormalization's epsilon, and whether it normalizes with its stored
+    statistics (inference mode): ``training_mode`` 0, or ``is_test`` 1 before opset 7
+    (read only when given: the loader checked each against the node's schema)."""
+    epsilon, inference = 1e-5, True
+    for a in bn.attribute:
+        if a.name == "epsilon":
+            epsilon = float(a.f)
+        elif a.name == "training_mode":
+            inference = inference and a.i == 0
+        elif a.name == "is_test":
+            inference = inference and a.i != 0
+    return epsilon, inference
+
+
 def fold_batch_norm_into_conv(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """``Conv(X, W, B) → BatchNormalization(scale, bias, mean, var)`` with constant
     parameters → ``Conv(X, W * s, (B - mean) * s + bias)``, ``s = scale / sqrt(var + eps)``.
@@ -35,48 +50,63 @@ def fold_batch_norm_into_conv(model: onnx.ModelProto, ctx: PassContext) -> onnx.
     The per-channel factors are computed in float64; the weights are scaled in their type.
     The new weights go to ``ctx.arrays`` (see :mod:`.support`).
     """
+    if not has_op(model.graph, "BatchNormalization"):
+        return model
     rw = Rewrite(model, ctx.arrays)
+    old_is_test = 0 < rw.opset() < 7  # before opset 7, is_test=0 (the default) meant training
     for bn in model.graph.node:
-        if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
+        if bn.op_type != "BatchNormalization" or bn.domain not in DEFAULT_DOMAINS:
             continue
-        if len([o for o in bn.output if o]) != 1 or _attr(bn, "training_mode", 0) != 0:
+        if not bn.output[0] or any(bn.output[1:]):
+            continue  # training outputs (running statistics) are read
+        epsilon, inference = _bn_attrs(bn)
+        if not inference or (old_is_test and not any(a.name == "is_test" for a in bn.attribute)):
             continue
-        if rw.opset() < 7 and _attr(bn, "is_test", 0) == 0 and rw.opset() > 0:
-            continue  # old versions: is_test=0 means training statistics
         conv = rw.produced_by(bn.input[0], "Conv")
-        if conv is None:
+        if conv is None or not rw.feeds_only(conv.output[0], bn):
             continue
-        if not rw.feeds_only(conv.output[0], bn):
+        folded = _folded_weights(rw, conv, bn, epsilon)
+        if folded is None:
             continue
-        params = [rw.array(n) for n in bn.input[1:5]]
-        w = rw.array(conv.input[1])
-        b = rw.array(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
-        if w is None or any(p is None for p in params) or (len(conv.input) > 2 and conv.input[2] and b is None):
-            continue
-        if w.dtype.kind != "f" or any(p.dtype.kind != "f" or p.ndim != 1 for p in params):  # type: ignore[union-attr]
-            continue
-        scale, bias, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
-        if not scale.shape == bias.shape == mean.shape == var.shape == (w.shape[0],):
-            continue
-        if b is not None and b.shape != (w.shape[0],):
-            continue  # a Conv bias must be 1-D [M]: leave a malformed one to the kernel to refuse
-        s = scale / np.sqrt(var + _attr(bn, "epsilon", 1e-5))
-        # The per-channel factor in float64, the big product in the weights' own type
-        # (float32 products are correctly rounded too; float16 goes through float32).
-        wdt = np.float32 if w.dtype.itemsize < 4 else w.dtype
-        new_w = (w.astype(wdt, copy=False) * s.astype(wdt).reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype, copy=False)
-        old_b = b.astype(np.float64) if b is not None else np.zeros_like(mean)
-        new_b = ((old_b - mean) * s + bias).astype(w.dtype)
+        new_w, new_b = folded
+        base = conv.name or "conv"
         fused = helper.make_node(
             "Conv",
-            [conv.input[0], rw.add_initializer(f"{conv.name or 'conv'}.W", new_w),
-             rw.add_initializer(f"{conv.name or 'conv'}.B", new_b)],
+            [conv.input[0], rw.add_initializer(f"{base}.W", new_w), rw.add_initializer(f"{base}.B", new_b)],
             [bn.output[0]],
             name=conv.name,
         )
         fused.attribute.extend(conv.attribute)
         rw.replace([conv, bn], [fused])
     return rw.commit()
+
+
+def _folded_weights(
+    rw: Rewrite, conv: onnx.NodeProto, bn: onnx.NodeProto, epsilon: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rescaled weights and new bias of ``conv`` with ``bn`` folded in, or ``None``
+    when a parameter is not a constant or has the wrong type or shape."""
+    params = [rw.array(n) for n in bn.input[1:5]]
+    w = rw.array(conv.input[1])
+    has_b = len(conv.input) > 2 and bool(conv.input[2])
+    b = rw.array(conv.input[2]) if has_b else None
+    if w is None or (has_b and b is None) or w.dtype.kind != "f" or w.ndim == 0:
+        return None
+    channels = (w.shape[0],)
+    for p in params:
+        if p is None or p.dtype.kind != "f" or p.shape != channels:
+            return None
+    if b is not None and b.shape != channels:
+        return None  # a Conv bias must be 1-D [M]: leave a malformed one to the kernel to refuse
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
+    s = scale / np.sqrt(var + epsilon)
+    # The per-channel factor in float64, the big product in the weights' own type
+    # (float32 products are correctly rounded too; float16 goes through float32).
+    wdt = np.float32 if w.dtype.itemsize < 4 else w.dtype
+    factor = s.astype(wdt).reshape(channels + (1,) * (w.ndim - 1))
+    new_w = np.multiply(w, factor, dtype=wdt).astype(w.dtype, copy=False)
+    new_b = (((b.astype(np.float64) - mean) if b is not None else -mean) * s + bias).astype(w.dtype)
+    return new_w, new_b
 
 
 # Activations FusedConv applies in place, and their parameters (attribute, default) in the
@@ -116,7 +146,7 @@ def fuse_conv_activation(model: onnx.ModelProto, ctx: PassContext) -> onnx.Model
     when Z is present. Only float convolutions fuse, and only when every provider in the
     session has a FusedConv kernel.
     """
-    if not ctx.can_run(FUSED_DOMAIN, "FusedConv"):
+    if not ctx.can_run(FUSED_DOMAIN, "FusedConv") or not has_op(model.graph, "Conv"):
         return model
     rw = Rewrite(model, ctx.arrays)
     for conv in model.graph.node:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from .rewrite import DEFAULT_DOMAINS, Rewrite
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fuse_matmul"]
@@ -47,6 +47,8 @@ def _is_bias(rw: Rewrite, name: str, out_rank: int | None) -> bool:
 
 def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """Fold transposes, a scalar scale and a bias into the matrix products they surround."""
+    if not has_op(model.graph, "MatMul"):
+        return model
     rw = Rewrite(model, ctx.arrays)
     fused_any = False
     for mm in model.graph.node:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import onnx
 from onnx import helper
 
-from .rewrite import DEFAULT_DOMAINS, Rewrite
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fuse_layer_norm", "fuse_gelu"]
@@ -71,6 +71,8 @@ def _reduces_last_axis(rw: Rewrite, node: onnx.NodeProto, rank: int | None) -> b
 
 def fuse_layer_norm(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """The decomposed layer normalization over the last axis → ``LayerNormalization``."""
+    if not has_op(model.graph, "ReduceMean"):
+        return model
     rw = Rewrite(model, ctx.arrays)
     domain = _target(rw, ctx, "LayerNormalization", 17)
     if domain is None:
@@ -127,6 +129,8 @@ def fuse_layer_norm(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto
 
 def fuse_gelu(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """Both GELU spellings → ``Gelu`` (``approximate`` "none" or "tanh")."""
+    if not has_op(model.graph, "Erf", "Tanh"):
+        return model
     rw = Rewrite(model, ctx.arrays)
     domain = _target(rw, ctx, "Gelu", 20)
     if domain is None:

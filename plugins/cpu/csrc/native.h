@@ -3,7 +3,7 @@
  * files share. One file per concept: buffers.c (argument checks), epilogue.c, phases.c
  * (the phase planes of strided windows), depthwise.c, pool.c, im2col.c, winograd.c,
  * activation.c (GELU, Softmax), normalization.c (LayerNormalization), gemm.c, nchwc.c
- * (convolutions in the blocked channel layout), threads.c, module.c; vec16.h holds the
+ * (convolutions in the blocked channel layout), transpose.c, threads.c, module.c; vec16.h holds the
  * vector helpers of the register-tiled kernels.
  *
  * numpy runs these operations as several whole-array passes with short inner loops
@@ -131,6 +131,7 @@ fill(float *dst, idx n, float value)
 
 /* The Python entry points (module.c's method table). */
 PyObject *py_gelu_erf(PyObject *self, PyObject *args);
+PyObject *py_transpose(PyObject *self, PyObject *args);
 PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
 PyObject *py_epilogue(PyObject *self, PyObject *args);
 PyObject *py_depthwise(PyObject *self, PyObject *args);

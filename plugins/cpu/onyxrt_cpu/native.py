@@ -53,6 +53,7 @@ __all__ = [
     "PackedMatrix",
     "pack_gemm_a",
     "pack_gemm_b",
+    "transposed",
     "gemm",
     "NCHWC_BLOCK",
     "pack_nchwc_filters",
@@ -353,6 +354,18 @@ def pack_gemm_a(a: np.ndarray) -> PackedMatrix | None:
     """``a`` (M, K) float32 packed as the left operand of :func:`gemm`; ``None`` when it
     does not qualify (not 2-D float32, negative strides, no extension)."""
     return _pack(a, "a")
+
+
+def transposed(x: np.ndarray) -> np.ndarray | None:
+    """``x.T`` as a new C-contiguous array, copied tile by tile (csrc/transpose.c: ~7x
+    numpy's copy of the transposed view); ``None`` when ``x`` is not a C-contiguous 2-D
+    float32 array or the module is off."""
+    if not ENABLED or x.ndim != 2 or x.dtype != _F32 or not x.flags.c_contiguous:
+        return None
+    rows, cols = x.shape
+    out = np.empty((cols, rows), dtype=_F32)
+    _native.transpose(x, rows, cols, out)
+    return out
 
 
 def pack_gemm_b(b: np.ndarray) -> PackedMatrix | None:

@@ -525,3 +525,39 @@ def test_odd_geometries_never_crash_the_process():
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "done" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(0, 19), cols=st.integers(0, 19))
+def test_transposed_is_the_transpose(rows, cols):
+    """Every shape, including those with rows or columns outside the 4x4 blocks."""
+    x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) - 7.5
+    t = native.transposed(x)
+    assert t is not None and t.flags.c_contiguous and t.shape == (cols, rows)
+    np.testing.assert_array_equal(t, x.T)
+
+
+def test_transposed_takes_only_contiguous_float32_matrices():
+    assert native.transposed(np.zeros((3, 4), np.float64)) is None
+    assert native.transposed(np.zeros((3, 4, 2), np.float32)) is None
+    assert native.transposed(np.zeros((4, 3), np.float32).T) is None
+    big = np.random.default_rng(0).standard_normal((1000, 1280)).astype(np.float32)
+    np.testing.assert_array_equal(native.transposed(big), big.T)
+
+
+def test_c_transpose_rejects_bad_buffers():
+    from onyxrt_cpu import _native
+
+    x = np.zeros((3, 4), np.float32)
+    with pytest.raises(ValueError, match="needed"):
+        _native.transpose(x, 4, 4, np.zeros((4, 4), np.float32))
+    with pytest.raises(ValueError, match="needed"):
+        _native.transpose(x, 3, 4, np.zeros(11, np.float32))
+    with pytest.raises(TypeError, match="writable"):
+        out = np.zeros((4, 3), np.float32)
+        out.flags.writeable = False
+        _native.transpose(x, 3, 4, out)
+    with pytest.raises(ValueError, match="overflows"):
+        _native.transpose(x, 1 << 40, 1 << 40, x)
+    with pytest.raises(ValueError):
+        _native.transpose(x, -1, 4, x)

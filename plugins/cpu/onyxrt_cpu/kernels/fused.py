@@ -94,7 +94,9 @@ class FusedMatMul(Kernel):
         if isinstance(src, np.ndarray) and src.ndim == 2 and native.GEMM_PREFERRED:
             self._b_gemm = native.pack_gemm_b(src.T if self.attrs.trans_b else src)
         if self._b_gemm is None and self.attrs.trans_b and isinstance(src, np.ndarray) and src.ndim == 2:
-            self._b_packed = np.ascontiguousarray(src.T, dtype=compute_dtype(src.dtype))
+            self._b_packed = native.transposed(src)
+            if self._b_packed is None:
+                self._b_packed = np.ascontiguousarray(src.T, dtype=compute_dtype(src.dtype))
 
     def compute(self, a, b, bias=None):
         if a.ndim < 2 or b.ndim < 2:

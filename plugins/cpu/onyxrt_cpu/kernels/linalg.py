@@ -14,6 +14,7 @@ import numpy as np
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 
+from .. import native
 from . import registry
 from ._spatial import compute_dtype
 
@@ -45,10 +46,18 @@ class Gemm(Kernel):
         self.trans_b = bool(info.attr("transB", 0))
         # Versions 1 and 6 carry a `broadcast` flag; C is broadcast either way (a superset).
         self._b_src = info.constant(1)
+        # The constant B as a contiguous (K, N) of the compute type, laid out once: OpenBLAS
+        # multiplies a transposed view ~2x slower once there are several rows
+        # (MobileNetV2's classifier at batch 8: 0.88 vs 0.38 ms), and with a single row
+        # it gave other bits in concurrent runs than alone (tests/test_concurrency.py).
         self._b_packed: np.ndarray | None = None
-        if isinstance(self._b_src, np.ndarray) and self._b_src.ndim == 2:
-            b = self._b_src.T if self.trans_b else self._b_src
-            self._b_packed = np.ascontiguousarray(b, dtype=compute_dtype(b.dtype))
+        src = self._b_src
+        if isinstance(src, np.ndarray) and src.ndim == 2:
+            cdt = compute_dtype(src.dtype)
+            packed = native.transposed(src) if self.trans_b and src.dtype == cdt else None
+            if packed is None:
+                packed = np.ascontiguousarray(src.T if self.trans_b else src, dtype=cdt)
+            self._b_packed = packed
 
     def compute(self, a, b, c=None):
         if a.ndim != 2 or b.ndim != 2:
