@@ -326,7 +326,7 @@ def check_structure(graph: onnx.GraphProto) -> None:
     """
     available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
     available |= {st.values.name for st in graph.sparse_initializer}
-    _topological_nodes(graph, available)
+    _topological_order(list(graph.node), available)
 
 
 def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node]:
@@ -335,6 +335,38 @@ def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node
     Raises InvalidGraph for an undefined input, a value produced twice, or a cycle.
     """
     protos = list(graph.node)
+    order, implicit = _topological_order(protos, available)
+    nodes: list[Node] = []
+    used_names: set[str] = set()
+    for pos, i in enumerate(order):
+        proto = protos[i]
+        name = proto.name or f"{proto.op_type}_{i}"
+        if name in used_names:
+            name = f"{name}_{i}"
+        used_names.add(name)
+        nodes.append(
+            Node(
+                index=pos,
+                name=name,
+                op_type=proto.op_type,
+                domain="" if proto.domain == "ai.onnx" else proto.domain,
+                inputs=tuple(proto.input),
+                outputs=tuple(proto.output),
+                proto=proto,
+                implicit_inputs=implicit[i],
+            )
+        )
+    return nodes
+
+
+def _topological_order(
+    protos: list[onnx.NodeProto], available: set[str]
+) -> tuple[list[int], list[tuple[str, ...]]]:
+    """The positions of ``protos`` in topological order (the model's order where it is
+    free to), and each node's implicit inputs (outer-scope names its subgraphs read).
+
+    Raises InvalidGraph for an undefined input, a value produced twice, or a cycle.
+    """
     producer: dict[str, int] = {}
     for i, node in enumerate(protos):
         for out in node.output:
@@ -389,25 +421,5 @@ def _topological_nodes(graph: onnx.GraphProto, available: set[str]) -> list[Node
             f"the graph is not a DAG: nodes {stuck[:8]} form or depend on a cycle"
         )
 
-    nodes: list[Node] = []
-    used_names: set[str] = set()
-    for pos, i in enumerate(order):
-        proto = protos[i]
-        name = proto.name or f"{proto.op_type}_{i}"
-        if name in used_names:
-            name = f"{name}_{i}"
-        used_names.add(name)
-        nodes.append(
-            Node(
-                index=pos,
-                name=name,
-                op_type=proto.op_type,
-                domain="" if proto.domain == "ai.onnx" else proto.domain,
-                inputs=tuple(proto.input),
-                outputs=tuple(proto.output),
-                proto=proto,
-                implicit_inputs=implicit[i],
-            )
-        )
-    return nodes
+    return order, implicit
 

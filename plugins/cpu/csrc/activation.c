@@ -54,33 +54,31 @@ gelu_erf_range(void *ctx, idx begin, idx end)
 PyObject *
 py_gelu_erf(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *yo, *co;
     float clamp, t_scale, scale;
     if (!PyArg_ParseTuple(args, "OOOfff", &xo, &yo, &co, &clamp, &t_scale, &scale)) {
         return NULL;
     }
-    Py_buffer x, y, c;
-    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+    enum { X, Y, C, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
-    idx n = x.len / 4;
-    if (get_f32(yo, &y, 1, n, "out") < 0) {
-        release(&x);
-        return NULL;
-    }
-    if (get_f32(co, &c, 0, ERF_COEFFS, "coefficients") < 0) {
-        release(&x);
-        release(&y);
+    idx n = views[X].len / 4;
+    if (get_f32(yo, &views[Y], 1, n, "out") < 0 ||
+        get_f32(co, &views[C], 0, ERF_COEFFS, "coefficients") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    GeluErf call = {(const float *)x.buf, (float *)y.buf, (const float *)c.buf, clamp, t_scale,
-                    scale};
+    GeluErf call = {(const float *)views[X].buf, (float *)views[Y].buf,
+                    (const float *)views[C].buf, clamp, t_scale, scale};
     parallel_for(gelu_erf_range, &call, n, MIN_PARALLEL_FLOATS);
     Py_END_ALLOW_THREADS
-    release(&x);
-    release(&y);
-    release(&c);
+    release_all(views, VIEWS);
     Py_RETURN_NONE;
 }
 
@@ -115,25 +113,28 @@ gelu_tanh_range(void *ctx, idx begin, idx end)
 PyObject *
 py_gelu_tanh(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *yo;
     if (!PyArg_ParseTuple(args, "OO", &xo, &yo)) {
         return NULL;
     }
-    Py_buffer x, y;
-    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+    enum { X, Y, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
-    const idx n = x.len / 4;
-    if (get_f32(yo, &y, 1, n, "out") < 0) {
-        release(&x);
+    const idx n = views[X].len / 4;
+    if (get_f32(yo, &views[Y], 1, n, "out") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    RowsCall call = {(const float *)x.buf, (float *)y.buf, 1};
+    RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, 1};
     parallel_for(gelu_tanh_range, &call, n, MIN_PARALLEL_FLOATS);
     Py_END_ALLOW_THREADS
-    release(&x);
-    release(&y);
+    release_all(views, VIEWS);
     Py_RETURN_NONE;
 }
 
@@ -164,6 +165,7 @@ softmax_rows(void *ctx, idx begin, idx end)
 PyObject *
 py_softmax(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *yo;
     idx n;
     if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
@@ -172,25 +174,27 @@ py_softmax(PyObject *self, PyObject *args)
     if (check_positive("row length", n, 1) < 0) {
         return NULL;
     }
-    Py_buffer x, y;
-    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+    enum { X, Y, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
-    const idx total = x.len / 4;
+    const idx total = views[X].len / 4;
     if (total % n != 0) {
-        release(&x);
+        release_all(views, VIEWS);
         PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
         return NULL;
     }
-    if (get_f32(yo, &y, 1, total, "out") < 0) {
-        release(&x);
+    if (get_f32(yo, &views[Y], 1, total, "out") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    RowsCall call = {(const float *)x.buf, (float *)y.buf, n};
+    RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n};
     parallel_for(softmax_rows, &call, total / n, 1 + MIN_PARALLEL_FLOATS / n);
     Py_END_ALLOW_THREADS
-    release(&x);
-    release(&y);
+    release_all(views, VIEWS);
     Py_RETURN_NONE;
 }

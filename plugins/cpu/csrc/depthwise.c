@@ -223,6 +223,7 @@ onyxrt_depthwise(Depthwise *d)
 PyObject *
 py_depthwise(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *wo, *yo, *geo, *bo = Py_None, *zo = Py_None;
     idx m_per_g;
     int act = ACT_NONE;
@@ -238,42 +239,28 @@ py_depthwise(PyObject *self, PyObject *args)
     if (parse_geometry(geo, &g) < 0 || check_positive("outputs per group", m_per_g, 1) < 0) {
         return NULL;
     }
-    Py_buffer x, w, y;
-    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
-        return NULL;
-    }
-    if (get_f32(wo, &w, 0, g.c * m_per_g * g.kh * g.kw, "w") < 0) {
-        release(&x);
-        return NULL;
-    }
     const idx y_floats = g.n * g.c * m_per_g * g.oh * g.ow;
-    if (get_f32(yo, &y, 1, y_floats, "y") < 0) {
-        release(&x);
-        release(&w);
-        return NULL;
-    }
-    Py_buffer b, z;
-    if (get_optional_f32(bo, &b, g.c * m_per_g, "bias") < 0 ||
-        get_optional_f32(zo, &z, y_floats, "z") < 0) {
-        release(&x);
-        release(&w);
-        release(&y);
-        release(&b);
+    enum { X, W, Y, B, Z, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, g.n * g.c * g.h * g.w, "x") < 0 ||
+        get_f32(wo, &views[W], 0, g.c * m_per_g * g.kh * g.kw, "w") < 0 ||
+        get_f32(yo, &views[Y], 1, y_floats, "y") < 0 ||
+        get_optional_f32(bo, &views[B], g.c * m_per_g, "bias") < 0 ||
+        get_optional_f32(zo, &views[Z], y_floats, "z") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
     int rc = 0;
     if (g.n > 0 && g.oh > 0 && g.ow > 0) {
         Py_BEGIN_ALLOW_THREADS
-        Depthwise d = {(const float *)x.buf, (const float *)w.buf, (const float *)b.buf,
-                       (const float *)z.buf, (float *)y.buf, &g, m_per_g, act, p0, p1, 0};
+        Depthwise d = {(const float *)views[X].buf, (const float *)views[W].buf,
+                       (const float *)views[B].buf, (const float *)views[Z].buf,
+                       (float *)views[Y].buf, &g, m_per_g, act, p0, p1, 0};
         rc = onyxrt_depthwise(&d);
         Py_END_ALLOW_THREADS
     }
-    release(&x);
-    release(&w);
-    release(&y);
-    release(&b);
-    release(&z);
+    release_all(views, VIEWS);
     if (rc < 0) {
         return PyErr_NoMemory();
     }

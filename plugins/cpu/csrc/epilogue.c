@@ -63,6 +63,7 @@ epilogue_rows(void *ctx, idx begin, idx end)
 PyObject *
 py_epilogue(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *yo, *bo, *zo;
     idx channels, length;
     int act;
@@ -76,34 +77,31 @@ py_epilogue(PyObject *self, PyObject *args)
     if (check_activation(act) < 0) {
         return NULL;
     }
-    Py_buffer y, b, z;
-    if (get_f32(yo, &y, 1, 0, "y") < 0) {
+    enum { Y, B, Z, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(yo, &views[Y], 1, 0, "y") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
-    idx n = y.len / 4;
+    idx n = views[Y].len / 4;
     idx rows = length ? n / length : 0;
     if (rows * length != n || rows % channels != 0) {
-        release(&y);
+        release_all(views, VIEWS);
         PyErr_Format(PyExc_ValueError, "y holds %zd floats: not a whole number of %zd x %zd images",
                      n, channels, length);
         return NULL;
     }
-    if (get_optional_f32(bo, &b, channels, "bias") < 0) {
-        release(&y);
-        return NULL;
-    }
-    if (get_optional_f32(zo, &z, n, "z") < 0) {
-        release(&y);
-        release(&b);
+    if (get_optional_f32(bo, &views[B], channels, "bias") < 0 ||
+        get_optional_f32(zo, &views[Z], n, "z") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    Epilogue e = {(float *)y.buf, channels, length, (const float *)b.buf, (const float *)z.buf,
-                  act, p0, p1};
+    Epilogue e = {(float *)views[Y].buf, channels, length, (const float *)views[B].buf,
+                  (const float *)views[Z].buf, act, p0, p1};
     parallel_for(epilogue_rows, &e, rows, 1 + MIN_PARALLEL_FLOATS / (length + 1));
     Py_END_ALLOW_THREADS
-    release(&y);
-    release(&b);
-    release(&z);
+    release_all(views, VIEWS);
     Py_RETURN_NONE;
 }

@@ -72,6 +72,7 @@ im2col_channels(void *ctx, idx begin, idx end)
 PyObject *
 py_im2col(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *co, *geo;
     idx r0, rows;
     if (!PyArg_ParseTuple(args, "OOOnn", &xo, &co, &geo, &r0, &rows)) {
@@ -87,20 +88,19 @@ py_im2col(PyObject *self, PyObject *args)
                      r0 + rows, g.oh);
         return NULL;
     }
-    Py_buffer x, cols;
-    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
-        return NULL;
-    }
-    if (get_f32(co, &cols, 1, g.c * g.kh * g.kw * g.n * rows * g.ow, "cols") < 0) {
-        release(&x);
+    enum { X, COLS, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, g.n * g.c * g.h * g.w, "x") < 0 ||
+        get_f32(co, &views[COLS], 1, g.c * g.kh * g.kw * g.n * rows * g.ow, "cols") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    Im2col c = {(const float *)x.buf, (float *)cols.buf, &g, r0, rows};
+    Im2col c = {(const float *)views[X].buf, (float *)views[COLS].buf, &g, r0, rows};
     const idx channel_floats = g.kh * g.kw * g.n * rows * g.ow;
     parallel_for(im2col_channels, &c, g.c, 1 + MIN_PARALLEL_FLOATS / (channel_floats + 1));
     Py_END_ALLOW_THREADS
-    release(&x);
-    release(&cols);
+    release_all(views, VIEWS);
     Py_RETURN_NONE;
 }

@@ -67,6 +67,7 @@ layernorm_rows(void *ctx, idx begin, idx end)
 PyObject *
 py_layernorm(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *yo, *so, *bo, *mo, *io;
     idx n;
     float epsilon;
@@ -76,48 +77,35 @@ py_layernorm(PyObject *self, PyObject *args)
     if (check_positive("row length", n, 1) < 0) {
         return NULL;
     }
-    Py_buffer x, y, sc, b, mean, inv;
-    memset(&mean, 0, sizeof(mean));
-    memset(&inv, 0, sizeof(inv));
-    if (get_f32(xo, &x, 0, 0, "x") < 0) {
+    /* mean and inv_std_dev stay zeroed (NULL buffers) when not asked for */
+    enum { X, Y, SCALE, B, MEAN, INV, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
-    const idx total = x.len / 4;
+    const idx total = views[X].len / 4;
     const idx rows = total / n;
     if (rows * n != total) {
-        release(&x);
+        release_all(views, VIEWS);
         PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
         return NULL;
     }
-    if (get_f32(yo, &y, 1, total, "out") < 0) {
-        release(&x);
-        return NULL;
-    }
-    if (get_f32(so, &sc, 0, n, "scale") < 0) {
-        release(&x);
-        release(&y);
-        return NULL;
-    }
-    if (get_optional_f32(bo, &b, n, "bias") < 0 ||
-        (mo != Py_None && get_f32(mo, &mean, 1, rows, "mean") < 0) ||
-        (io != Py_None && get_f32(io, &inv, 1, rows, "inv_std_dev") < 0)) {
-        release(&x);
-        release(&y);
-        release(&sc);
-        release(&b);
-        release(&mean);
+    if (get_f32(yo, &views[Y], 1, total, "out") < 0 ||
+        get_f32(so, &views[SCALE], 0, n, "scale") < 0 ||
+        get_optional_f32(bo, &views[B], n, "bias") < 0 ||
+        (mo != Py_None && get_f32(mo, &views[MEAN], 1, rows, "mean") < 0) ||
+        (io != Py_None && get_f32(io, &views[INV], 1, rows, "inv_std_dev") < 0)) {
+        release_all(views, VIEWS);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    LayerNorm call = {(const float *)x.buf, (float *)y.buf, n, (const float *)sc.buf,
-                      (const float *)b.buf, epsilon, (float *)mean.buf, (float *)inv.buf};
+    LayerNorm call = {(const float *)views[X].buf, (float *)views[Y].buf, n,
+                      (const float *)views[SCALE].buf, (const float *)views[B].buf, epsilon,
+                      (float *)views[MEAN].buf, (float *)views[INV].buf};
     parallel_for(layernorm_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
     Py_END_ALLOW_THREADS
-    release(&x);
-    release(&y);
-    release(&sc);
-    release(&b);
-    release(&mean);
-    release(&inv);
+    release_all(views, VIEWS);
     Py_RETURN_NONE;
 }

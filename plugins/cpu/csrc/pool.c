@@ -61,6 +61,7 @@ onyxrt_maxpool(const float *x, float *y, const Geometry *g)
 PyObject *
 py_maxpool(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *yo, *geo;
     if (!PyArg_ParseTuple(args, "OOO", &xo, &yo, &geo)) {
         return NULL;
@@ -69,22 +70,21 @@ py_maxpool(PyObject *self, PyObject *args)
     if (parse_geometry(geo, &g) < 0) {
         return NULL;
     }
-    Py_buffer x, y;
-    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
-        return NULL;
-    }
-    if (get_f32(yo, &y, 1, g.n * g.c * g.oh * g.ow, "y") < 0) {
-        release(&x);
+    enum { X, Y, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, g.n * g.c * g.h * g.w, "x") < 0 ||
+        get_f32(yo, &views[Y], 1, g.n * g.c * g.oh * g.ow, "y") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
     int rc = 0;
     if (g.n > 0 && g.oh > 0 && g.ow > 0) {
         Py_BEGIN_ALLOW_THREADS
-        rc = onyxrt_maxpool((const float *)x.buf, (float *)y.buf, &g);
+        rc = onyxrt_maxpool((const float *)views[X].buf, (float *)views[Y].buf, &g);
         Py_END_ALLOW_THREADS
     }
-    release(&x);
-    release(&y);
+    release_all(views, VIEWS);
     if (rc < 0) {
         return PyErr_NoMemory();
     }

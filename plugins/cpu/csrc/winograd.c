@@ -209,6 +209,7 @@ output_planes(void *ctx, idx begin, idx end)
 PyObject *
 py_winograd_input(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *xo, *vo, *geo;
     if (!PyArg_ParseTuple(args, "OOO", &xo, &vo, &geo)) {
         return NULL;
@@ -222,22 +223,22 @@ py_winograd_input(PyObject *self, PyObject *args)
         return NULL;
     }
     const idx th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2;
-    Py_buffer x, v;
-    if (get_f32(xo, &x, 0, g.n * g.c * g.h * g.w, "x") < 0) {
+    enum { X, V, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, g.n * g.c * g.h * g.w, "x") < 0 ||
+        get_f32(vo, &views[V], 1, 16 * g.c * g.n * th * tw, "v") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
-    if (get_f32(vo, &v, 1, 16 * g.c * g.n * th * tw, "v") < 0) {
-        release(&x);
-        return NULL;
-    }
-    Transform t = {(const float *)x.buf, (float *)v.buf, &g, th, tw, 0, NULL, NULL, ACT_NONE, 0, 0, 0};
+    Transform t = {(const float *)views[X].buf, (float *)views[V].buf, &g, th, tw, 0, NULL, NULL,
+                   ACT_NONE, 0, 0, 0};
     if (th > 0 && tw > 0) {
         Py_BEGIN_ALLOW_THREADS
         parallel_for(input_planes, &t, g.n * g.c, 1 + MIN_PARALLEL_FLOATS / (16 * th * tw));
         Py_END_ALLOW_THREADS
     }
-    release(&x);
-    release(&v);
+    release_all(views, VIEWS);
     if (t.failed) {
         return PyErr_NoMemory();
     }
@@ -247,6 +248,7 @@ py_winograd_input(PyObject *self, PyObject *args)
 PyObject *
 py_winograd_output(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *mo, *yo, *geo, *bo, *zo;
     idx m_out;
     int act;
@@ -267,31 +269,24 @@ py_winograd_output(PyObject *self, PyObject *args)
     }
     const idx th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2;
     const idx y_floats = g.n * m_out * g.oh * g.ow;
-    Py_buffer mt, y, b, z;
-    if (get_f32(mo, &mt, 0, 16 * m_out * g.n * th * tw, "products") < 0) {
+    enum { M, Y, B, Z, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(mo, &views[M], 0, 16 * m_out * g.n * th * tw, "products") < 0 ||
+        get_f32(yo, &views[Y], 1, y_floats, "y") < 0 ||
+        get_optional_f32(bo, &views[B], m_out, "bias") < 0 ||
+        get_optional_f32(zo, &views[Z], y_floats, "z") < 0) {
+        release_all(views, VIEWS);
         return NULL;
     }
-    if (get_f32(yo, &y, 1, y_floats, "y") < 0) {
-        release(&mt);
-        return NULL;
-    }
-    if (get_optional_f32(bo, &b, m_out, "bias") < 0 || get_optional_f32(zo, &z, y_floats, "z") < 0) {
-        release(&mt);
-        release(&y);
-        release(&b);
-        return NULL;
-    }
-    Transform t = {(const float *)mt.buf, (float *)y.buf, &g, th, tw, m_out, (const float *)b.buf,
-                   (const float *)z.buf, act, p0, p1, 0};
+    Transform t = {(const float *)views[M].buf, (float *)views[Y].buf, &g, th, tw, m_out,
+                   (const float *)views[B].buf, (const float *)views[Z].buf, act, p0, p1, 0};
     if (th > 0 && tw > 0) {
         Py_BEGIN_ALLOW_THREADS
         parallel_for(output_planes, &t, g.n * m_out, 1 + MIN_PARALLEL_FLOATS / (16 * th * tw));
         Py_END_ALLOW_THREADS
     }
-    release(&mt);
-    release(&y);
-    release(&b);
-    release(&z);
+    release_all(views, VIEWS);
     if (t.failed) {
         return PyErr_NoMemory();
     }

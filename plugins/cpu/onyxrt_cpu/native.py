@@ -43,6 +43,7 @@ __all__ = [
     "depthwise2d",
     "im2col2d",
     "maxpool2d",
+    "window_geometry",
     "winograd_input",
     "winograd_output",
     "softmax_last_axis",
@@ -174,7 +175,7 @@ def epilogue_ready(shape: tuple[int, ...], bias: np.ndarray | None, z: np.ndarra
     return (bias is None or bias.size == shape[1]) and (z is None or z.shape == shape)
 
 
-def _geometry(
+def window_geometry(
     shape: tuple[int, ...],
     kernel: tuple[int, ...],
     out: tuple[int, ...],
@@ -206,7 +207,7 @@ def depthwise2d(
     qualify (rank, dtype, layout)."""
     if x.ndim != 4 or len(kernel) != 2 or not _ready(x, wp, y):
         return False
-    geometry = _geometry(x.shape, kernel, y.shape[2:], strides, pads_begin, dilations)
+    geometry = window_geometry(x.shape, kernel, y.shape[2:], strides, pads_begin, dilations)
     _native.depthwise(x, wp, y, geometry, wp.shape[1], *(finish or ()))
     return True
 
@@ -223,7 +224,7 @@ def maxpool2d(
     -inf and NaN propagating; ``False`` when the call does not qualify."""
     if x.ndim != 4 or len(kernel) != 2 or not _ready(x, y):
         return False
-    _native.maxpool(x, y, _geometry(x.shape, kernel, y.shape[2:], strides, pads_begin, dilations))
+    _native.maxpool(x, y, window_geometry(x.shape, kernel, y.shape[2:], strides, pads_begin, dilations))
     return True
 
 
@@ -242,7 +243,7 @@ def im2col2d(
     qualify."""
     if x.ndim != 4 or len(kernel) != 2 or cols.ndim != 5 or not _ready(x, cols):
         return False
-    geometry = _geometry(x.shape, kernel, out, strides, pads_begin, dilations)
+    geometry = window_geometry(x.shape, kernel, out, strides, pads_begin, dilations)
     _native.im2col(x, cols, geometry, r0, cols.shape[3])
     return True
 
@@ -500,7 +501,7 @@ def nchwc_runner(
     """:func:`nchwc_conv` (or :func:`nchwc_depthwise`) with everything that depends only on
     the shapes worked out once: the returned ``run(x, y, bias, z, act, p0, p1)`` is one
     compiled call (the C code still checks every buffer against the geometry)."""
-    geometry = _geometry(x_shape, kernel, y_shape[2:4], strides, pads_begin, dilations)
+    geometry = window_geometry(x_shape, kernel, y_shape[2:4], strides, pads_begin, dilations)
     if depthwise:
         depthwise_fn = _native.nchwc_depthwise
 
@@ -547,7 +548,7 @@ def nchwc_maxpool(
 ) -> None:
     """2-D max pooling of blocked ``x`` (N, B, H, W, 16) into ``y`` (N, B, OH, OW, 16):
     padding and windows past the input count as -inf, NaN propagates."""
-    _native.nchwc_maxpool(x, y, _geometry(x.shape, kernel, y.shape[2:4], strides, pads_begin,
+    _native.nchwc_maxpool(x, y, window_geometry(x.shape, kernel, y.shape[2:4], strides, pads_begin,
                                           dilations))
 
 

@@ -80,11 +80,11 @@ def convolve(
     on the way out: it is when bias (M values or None) and z (the output's shape or None)
     are C-contiguous float32."""
     x = np.ascontiguousarray(x)
-    n, c, h, w = x.shape
+    n, c, _, _ = x.shape
     m = u.shape[1]
     oh, ow = out_shape
     th, tw = (oh + 1) // 2, (ow + 1) // 2
-    geometry = (n, c, h, w, 3, 3, oh, ow, 1, 1, pads_begin[0], pads_begin[1], 1, 1)
+    geometry = native.window_geometry(x.shape, (3, 3), out_shape, (1, 1), pads_begin, (1, 1))
     tiles = n * th * tw
     v = scratch("winograd_v", (16, c, tiles), _F32)
     native.winograd_input(x, v, geometry)
