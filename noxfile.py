@@ -46,6 +46,8 @@ TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime>=1.20", "onnx==1
 DOCS_REQUIREMENTS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29", "ruff"]
 
 nox.options.sessions = ["tests"]
+#: The CPU provider's NCHWc kernels on whatever CPU the tests run on (see onyxrt_cpu.native).
+NCHWC_ON = {"ONYXRT_CPU_NCHWC": "1"}
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "venv"
 
@@ -87,7 +89,10 @@ def tests(session: nox.Session) -> None:
         f"plugins/{p}/tests" for p in LIBRARIES + _installable_plugins() if (ROOT / "plugins" / p / "tests").is_dir()
     ]
     # tests/integrations needs optional frameworks (Ray): its own session, `ray`.
-    session.run("python", "-m", "pytest", *test_dirs, "--ignore=tests/integrations", *session.posargs)
+    # ONYXRT_CPU_NCHWC=1: the NCHWc kernels (offered by default only with AVX-512) are tested
+    # on whatever CPU runs CI.
+    session.run("python", "-m", "pytest", *test_dirs, "--ignore=tests/integrations", *session.posargs,
+                env=NCHWC_ON)
     session.notify("plugin_lifecycle")
     session.notify("cpu_pure")
     session.notify("docs")
@@ -99,7 +104,8 @@ def tests_core(session: nox.Session) -> None:
     """Core tests only (the CPU plugin is installed, as the core depends on it)."""
     _install_project(session, [])
     session.install(*TEST_REQUIREMENTS)
-    session.run("python", "-m", "pytest", "tests", "--ignore=tests/integrations", *session.posargs)
+    session.run("python", "-m", "pytest", "tests", "--ignore=tests/integrations", *session.posargs,
+                env=NCHWC_ON)
 
 
 @nox.session

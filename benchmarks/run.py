@@ -15,7 +15,7 @@ table per batch size; per model:
   other's still-spinning threads; this machine is noisy) and their ratio;
 * ``onnx.reference``: the median of ``--reference-runs`` runs and how many times faster
   onyxrt is, or the exception type when it cannot run the model;
-* session creation: the median of 3 for each runtime;
+* session creation: the median of 5 for each runtime, interleaved;
 * the max relative difference of the outputs, onyxrt vs onnxruntime;
 * peak memory (unless ``--no-memory``): a child process per runtime, model and batch builds
   the model, creates the session and runs it a few times. "MiB" is the growth of the peak
@@ -60,7 +60,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vit": lambda: models.vit(),
 }
 RUNTIMES = ("onyxrt", "onnxruntime")
-CREATE_REPEATS = 3  # session creations timed per runtime
+CREATE_REPEATS = 5  # session creations timed per runtime (interleaved)
 MEMORY_RUNS = 3  # runs in each memory child
 
 

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from onyxrt.testing.operator_table import HEADER, provider_section, registry_providers, render
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "operators.md"
 
 
+def _cpu_registry_complete() -> bool:
+    """Whether the CPU provider registered every kernel it has: the NCHWc ones only where
+    the compiled module is on and the CPU has AVX-512 (or ONYXRT_CPU_NCHWC=1)."""
+    from onyxrt_cpu import native
+
+    return native.NCHWC_ENABLED
+
+
+# The table lists everything the CPU provider can register, as CI's `nox -s tests` (which
+# sets ONYXRT_CPU_NCHWC=1) generates and checks it.
+@pytest.mark.skipif(not _cpu_registry_complete(), reason="the CPU provider's NCHWc kernels are off "
+                    "here (no AVX-512 or no compiled module); set ONYXRT_CPU_NCHWC=1 to check the table")
 def test_operator_table_is_current_for_every_installed_registry():
     text = DOC.read_text()
     assert text.startswith(HEADER)

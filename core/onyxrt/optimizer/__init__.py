@@ -12,8 +12,8 @@ Levels follow onnxruntime's:
                           [Transpose →] MatMul [→ scale] [→ bias] → Gemm / FusedMatMul;
                           layer normalization and GELU patterns → LayerNormalization, Gelu
 ``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
-                          per vector; :mod:`.layout`), where the CPU provider's compiled
-                          kernels are on
+                          per vector; :mod:`.layout`), where the CPU provider offers its
+                          NCHWc kernels (compiled, on a CPU with AVX-512)
 ``ORT_ENABLE_ALL``        everything above (the default)
 ========================  ==================================================================
 

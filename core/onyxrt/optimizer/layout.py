@@ -15,9 +15,9 @@ without Indices) of a blocked value stays blocked. Wherever a converted value is
 output, a ``ReorderOutput`` right after its producer restores it under its own name, so
 the rest of the graph is untouched.
 
-The operators exist only in the CPU provider, and only where its compiled kernels are
-on: the pass runs when every provider of the session can run them (see
-:class:`~.support.PassContext`).
+The operators exist only in the CPU provider, which offers them where its compiled
+kernels are on and the CPU has AVX-512 (``onyxrt_cpu.native.NCHWC_ENABLED``): the pass runs
+when every provider of the session can run them (see :class:`~.support.PassContext`).
 """
 
 from __future__ import annotations

@@ -426,10 +426,6 @@ py_gemm_info(PyObject *self, PyObject *args)
 {
     (void)self;
     (void)args;
-    int wide = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    wide = __builtin_cpu_supports("avx512f") != 0;
-#endif
-    return Py_BuildValue("(nnnO)", (idx)GEMM_MR, (idx)GEMM_NR, (idx)GEMM_KC, wide ? Py_True : Py_False);
+    return Py_BuildValue("(nnnO)", (idx)GEMM_MR, (idx)GEMM_NR, (idx)GEMM_KC,
+                         cpu_has_avx512() ? Py_True : Py_False);
 }

@@ -43,8 +43,9 @@ static PyMethodDef methods[] = {
      "blas_hooks(get_num_threads_address) -> address of the OpenBLAS threads callback; "
      "kernels then split over OpenBLAS's current thread count (0: none)."},
     {"nchwc_conv", py_nchwc_conv, METH_VARARGS,
-     "nchwc_conv(x, blocked, groups, geometry, filters, out_blocks, y[, bias, z, act, p0, p1]): "
-     "convolution into NCHWc y from NCHWc (blocked) or NCHW x, filters packed."},
+     "nchwc_conv(x, blocked, groups, geometry, filters, out_blocks, y[, bias, z, act, p0, p1, "
+     "wide]): convolution into NCHWc y from NCHWc (blocked) or NCHW x, filters packed; wide: "
+     "the AVX-512 register tiles (1), the narrow ones (0), by the CPU (-1, the default)."},
     {"nchwc_depthwise", py_nchwc_depthwise, METH_VARARGS,
      "nchwc_depthwise(x, filters, y, geometry[, bias, z, act, p0, p1]): depthwise "
      "convolution in NCHWc (geometry's C counts blocks of 16)."},
@@ -62,6 +63,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native",
     "onyxrt's CPU provider: compiled float32 inner loops (see onyxrt_cpu.native).", -1, methods,
+    NULL, NULL, NULL, NULL, /* no slots, traverse, clear or free: the module holds no state */
 };
 
 PyMODINIT_FUNC

@@ -90,6 +90,19 @@ void parallel_for(RangeFn fn, void *ctx, idx items, idx min_items);
 void blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,
                    int dojob_data);
 
+/* Whether the CPU has AVX-512: 32 vector registers of 16 floats, which the register tiles
+ * of gemm.c and nchwc.c are sized for (with fewer or narrower registers they spill). */
+static inline int
+cpu_has_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+#else
+    return 0;
+#endif
+}
+
 /* gemm.c: C = A @ B with either operand packed ahead (see there for the layout). */
 #define GEMM_MR 8
 #define GEMM_NR 32

@@ -34,6 +34,7 @@
 #define QUAD 64        /* output channels per packed filter panel: four blocks */
 #define QUAD_BLOCKS 4
 #define MAX_TILE_PIXELS 16 /* output pixels per tile (along one output row) */
+#define NARROW_TILE_PIXELS 6 /* pixels per tile without AVX-512 (see conv_row) */
 
 typedef struct {
     const float *x;       /* input at (0, 0) of the (padded) image 0 */
@@ -50,6 +51,7 @@ typedef struct {
     float p0, p1;
     int rows_outer;       /* item order: (image, row, panel) rather than (image, panel, row) */
     idx rows, row_pixels; /* work rows per image, pixels per work row */
+    int wide;             /* 32 vector registers of 16 floats: the wide tiles (see conv_row) */
 } ConvCall;
 
 /* One tile: `count` output pixels (<= `pixels`) of one work row, `blocks` blocks of 16
@@ -99,12 +101,12 @@ conv_tile(const ConvCall *c, const float *x0, const idx *poff, const float *w, i
 /* A computed tile into y: + bias + z, then the activation `act` (a constant in each
  * caller), pixels [0, count). */
 static inline __attribute__((always_inline)) void
-store_tile(const ConvCall *c, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS], idx n, idx quad, idx plane,
+store_tile(const ConvCall *c, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS], idx n, idx block0, idx plane,
            idx i0, idx count, int pixels, int blocks, int act)
 {
 #pragma GCC unroll 4
     for (int j = 0; j < blocks; j++) {
-        const idx block = QUAD_BLOCKS * quad + j;
+        const idx block = block0 + j;
         const idx at = ((n * c->ob + block) * plane + i0) * BLOCK;
         const v16 bias = c->bias ? *(const v16 *)(c->bias + block * BLOCK) : (v16){0};
         /* constant bounds, so that acc stays in registers */
@@ -122,14 +124,16 @@ store_tile(const ConvCall *c, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS], idx n, idx 
     }
 }
 
-/* The tiles of work row `r` of image `n`, output blocks [4 quad, 4 quad + 4) (those that
- * exist). A work row is a run of `row_pixels` consecutive pixels of the output plane,
- * across output rows: tiles of 6-16 pixels over rows of 7 or 14 would leave much of the
- * last tile of each row empty. */
+/* The tiles of work row `r` of image `n`, output blocks [4 quad + first, 4 quad + first +
+ * blocks) of panel `quad`. A work row is a run of `row_pixels` consecutive pixels of the
+ * output plane, across output rows: tiles of 6-16 pixels over rows of 7 or 14 would leave
+ * much of the last tile of each row empty. */
 static inline __attribute__((always_inline)) void
-conv_row_tiles(const ConvCall *c, idx n, idx quad, idx r, int cg, int pixels, int blocks)
+conv_row_tiles(const ConvCall *c, idx n, idx quad, idx first, idx r, int cg, int pixels,
+               int blocks)
 {
-    const float *w = c->w + quad * c->taps * c->groups * cg * QUAD;
+    const float *w = c->w + quad * c->taps * c->groups * cg * QUAD + first * BLOCK;
+    const idx block0 = QUAD_BLOCKS * quad + first;
     const idx plane = c->oh * c->ow, start = r * c->row_pixels;
     const idx width = plane - start < c->row_pixels ? plane - start : c->row_pixels;
     const float *xi = c->x + n * c->ximage;
@@ -159,33 +163,46 @@ conv_row_tiles(const ConvCall *c, idx n, idx quad, idx r, int cg, int pixels, in
          * loop (a switch per vector cost ~30% of a tile at 16 input channels) */
         switch (c->act) {
         case ACT_RELU:
-            store_tile(c, acc, n, quad, plane, i0, count, pixels, blocks, ACT_RELU);
+            store_tile(c, acc, n, block0, plane, i0, count, pixels, blocks, ACT_RELU);
             break;
         case ACT_CLIP:
-            store_tile(c, acc, n, quad, plane, i0, count, pixels, blocks, ACT_CLIP);
+            store_tile(c, acc, n, block0, plane, i0, count, pixels, blocks, ACT_CLIP);
             break;
         case ACT_LEAKY:
-            store_tile(c, acc, n, quad, plane, i0, count, pixels, blocks, ACT_LEAKY);
+            store_tile(c, acc, n, block0, plane, i0, count, pixels, blocks, ACT_LEAKY);
             break;
         default:
-            store_tile(c, acc, n, quad, plane, i0, count, pixels, blocks, ACT_NONE);
+            store_tile(c, acc, n, block0, plane, i0, count, pixels, blocks, ACT_NONE);
             break;
         }
     }
 }
 
+/* Work row `r` of panel `quad`. With 32 registers of 16 floats (AVX-512) a tile holds up
+ * to 24 accumulators: 6 x 4, 8 x 3, 12 x 2, 16 x 1. With 16 floats in two or four
+ * registers (AVX2: 16 of 8 floats; NEON: 32 of 4) those tiles spill on every multiply-add
+ * (20-27x slower, measured with an AVX2 build on this machine), so each block of the
+ * panel is computed on its own in tiles of 6 pixels: 6 accumulators, 12 AVX2 registers
+ * (2.3-3.9x the AVX-512 tiles' time; 2 x 2 and 3 x 2 tiles spilled as badly as the wide
+ * ones, 4 or 8 pixels were no faster overall). Even so the NCHWc convolutions lose to
+ * OpenBLAS's AVX2 GEMMs there: the CPU provider offers them only with AVX-512
+ * (onyxrt_cpu.native.NCHWC_ENABLED). */
 static inline __attribute__((always_inline)) void
 conv_row(const ConvCall *c, idx n, idx quad, idx r, int cg)
 {
     const idx blocks = c->ob - QUAD_BLOCKS * quad;
-    if (blocks >= 4) {
-        conv_row_tiles(c, n, quad, r, cg, 6, 4);
+    if (!c->wide) {
+        for (idx j = 0; j < blocks && j < QUAD_BLOCKS; j++) {
+            conv_row_tiles(c, n, quad, j, r, cg, NARROW_TILE_PIXELS, 1);
+        }
+    } else if (blocks >= 4) {
+        conv_row_tiles(c, n, quad, 0, r, cg, 6, 4);
     } else if (blocks == 3) {
-        conv_row_tiles(c, n, quad, r, cg, 8, 3);
+        conv_row_tiles(c, n, quad, 0, r, cg, 8, 3);
     } else if (blocks == 2) {
-        conv_row_tiles(c, n, quad, r, cg, 12, 2);
+        conv_row_tiles(c, n, quad, 0, r, cg, 12, 2);
     } else {
-        conv_row_tiles(c, n, quad, r, cg, 16, 1);
+        conv_row_tiles(c, n, quad, 0, r, cg, 16, 1);
     }
 }
 
@@ -262,10 +279,10 @@ pad_items(void *ctx, idx begin, idx end)
 }
 
 /* y = act(conv(x, w) + bias + z). `blocked`: x is (N, G, H, W, 16), else NCHW with G = C.
- * Returns -1 when out of memory. */
+ * `wide`: the AVX-512 tiles (see conv_row). Returns -1 when out of memory. */
 static int
 nchwc_conv(const float *x, int blocked, idx groups, const Geometry *g, const float *w, idx ob,
-           const float *bias, const float *z, float *y, int act, float p0, float p1)
+           const float *bias, const float *z, float *y, int act, float p0, float p1, int wide)
 {
     const idx cg = blocked ? BLOCK : 1;
     /* the input extent the windows reach, padding included */
@@ -302,7 +319,8 @@ nchwc_conv(const float *x, int blocked, idx groups, const Geometry *g, const flo
     const idx panels = (ob + QUAD_BLOCKS - 1) / QUAD_BLOCKS;
     const idx taps = g->kh * g->kw;
     ConvCall call = {src, groups, gstride, xrow, xpix, groups * h * wd * cg, tapoff, taps, w,
-                     panels, ob, bias, z, y, g->n, g->oh, g->ow, g->sh, g->sw, act, p0, p1, 0, 0, 0};
+                     panels, ob, bias, z, y, g->n, g->oh, g->ow, g->sh, g->sw, act, p0, p1, 0, 0, 0,
+                     wide};
     /* Rows outside panels when all filters are smaller than one image's input (each row's
      * input is then read once, from cache, by every panel), panels outside rows otherwise
      * (a panel's filters stay in cache over its rows). */
@@ -571,12 +589,15 @@ py_nchwc_conv(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *xo, *wo, *yo, *geo, *bo = Py_None, *zo = Py_None;
-    int blocked, act = ACT_NONE;
+    int blocked, act = ACT_NONE, wide = -1;
     idx groups, ob;
     float p0 = 0.0f, p1 = 0.0f;
-    if (!PyArg_ParseTuple(args, "OpnOOnO|OOiff", &xo, &blocked, &groups, &geo, &wo, &ob, &yo, &bo,
-                          &zo, &act, &p0, &p1)) {
+    if (!PyArg_ParseTuple(args, "OpnOOnO|OOiffi", &xo, &blocked, &groups, &geo, &wo, &ob, &yo, &bo,
+                          &zo, &act, &p0, &p1, &wide)) {
         return NULL;
+    }
+    if (wide < 0) {
+        wide = cpu_has_avx512();
     }
     Geometry g;
     if (parse_geometry(geo, &g) < 0 || check_activation(act) < 0 ||
@@ -599,7 +620,7 @@ py_nchwc_conv(PyObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         rc = nchwc_conv((const float *)v[X].buf, blocked, groups, &g, (const float *)v[W].buf, ob,
                         (const float *)v[B].buf, (const float *)v[Z].buf, (float *)v[Y].buf, act, p0,
-                        p1);
+                        p1, wide);
         Py_END_ALLOW_THREADS
     }
     release_all(v, VIEWS);

@@ -51,6 +51,8 @@ __all__ = [
     "share_with_blas",
     "threads",
     "GEMM_PREFERRED",
+    "NCHWC_WIDE_TILES",
+    "NCHWC_ENABLED",
     "PackedMatrix",
     "pack_gemm_a",
     "pack_gemm_b",
@@ -102,6 +104,26 @@ _F32 = np.dtype(np.float32)
 #: slower than OpenBLAS). Tests flip this to run either path.
 GEMM_PREFERRED = ENABLED and bool(_native.gemm_info()[3])
 
+#: Whether NCHWc convolutions use the register tiles sized for AVX-512's 32 registers of
+#: 16 floats (up to 24 accumulators) or the narrow ones (6; csrc/nchwc.c's conv_row): by
+#: the CPU. Both are correct anywhere; tests flip this to run either path.
+NCHWC_WIDE_TILES = ENABLED and bool(_native.gemm_info()[3])
+
+
+def _nchwc_enabled() -> bool:
+    setting = os.environ.get("ONYXRT_CPU_NCHWC", "")
+    if not ENABLED or setting == "0":
+        return False
+    return setting == "1" or bool(_native.gemm_info()[3])
+
+
+#: Whether the CPU provider offers the NCHWc kernels, so that the layout pass converts
+#: convolution chains: with the compiled module, on a CPU with AVX-512. Without AVX-512
+#: they run 2-2.6x slower than the NCHW kernels on OpenBLAS (MobileNetV2 27.9 against 11.8
+#: ms, ResNet-50 183 against 69, an AVX2 build on this machine), so models stay in NCHW.
+#: ``ONYXRT_CPU_NCHWC=1`` offers them anyway (CI's tests, on whatever CPU), ``=0`` never.
+NCHWC_ENABLED = _nchwc_enabled()
+
 
 def status() -> str:
     """One line for ``onyxrt providers``: which kernels this install runs."""
@@ -111,8 +133,11 @@ def status() -> str:
         return "compiled kernels built, switched off by ONYXRT_CPU_NATIVE=0"
     gemm = ("GEMM for constant operands" if GEMM_PREFERRED
             else "GEMM built but not used: this CPU has no AVX-512")
+    nchwc = ("NCHWc convolutions" if NCHWC_ENABLED
+             else "NCHWc convolutions off: " + ("ONYXRT_CPU_NCHWC=0" if os.environ.get("ONYXRT_CPU_NCHWC") == "0"
+                                                else "this CPU has no AVX-512"))
     return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
-            f"MaxPool, GELU, Softmax, LayerNormalization, NCHWc convolutions; {gemm}) enabled")
+            f"MaxPool, GELU, Softmax, LayerNormalization; {nchwc}; {gemm}) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:
@@ -510,9 +535,10 @@ def nchwc_runner(
 
         return run_depthwise
     conv_fn, blocked, groups, out_blocks = _native.nchwc_conv, len(x_shape) == 5, x_shape[1], y_shape[1]
+    wide = int(NCHWC_WIDE_TILES)
 
     def run(x, y, bias, z, act, p0, p1):  # type: ignore[no-untyped-def]
-        conv_fn(x, blocked, groups, geometry, filters, out_blocks, y, bias, z, act, p0, p1)
+        conv_fn(x, blocked, groups, geometry, filters, out_blocks, y, bias, z, act, p0, p1, wide)
 
     return run
 

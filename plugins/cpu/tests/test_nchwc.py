@@ -1,7 +1,8 @@
 """The NCHWc kernels (csrc/nchwc.c, onyxrt_cpu.kernels.nchwc) against a float64 reference.
 
 Geometries cover every tile shape of the blocked convolution (panels of 1-4 output blocks:
-16x1, 12x2, 8x3 and 6x4 pixel tiles), work rows that cross output rows and end in a
+16x1, 12x2, 8x3 and 6x4 pixel tiles with AVX-512's wide tiles, 6x1 per block with the
+narrow ones; the convolution tests run with both on any CPU), work rows that cross output rows and end in a
 partial tile, explicit padding (symmetric, asymmetric, SAME), strides, dilations, the
 plain NCHW input of a first layer, channel counts off the block (padding lanes), batches,
 and every fused epilogue. Depthwise covers its tiled interior and checked edges.
@@ -87,9 +88,16 @@ CONV_CASES = [
 ]
 
 
+@pytest.fixture(params=[True, False], ids=["wide", "narrow"], autouse=False)
+def tiles(request, monkeypatch):
+    """Both register-tile sets of csrc/nchwc.c (the CPU picks one; both must be right)."""
+    monkeypatch.setattr(native, "NCHWC_WIDE_TILES", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("case", CONV_CASES, ids=[str(i) for i in range(len(CONV_CASES))])
 @pytest.mark.parametrize("act", sorted(ACTIVATIONS))
-def test_conv_matches_the_reference(case, act):
+def test_conv_matches_the_reference(case, act, tiles):
     n, c, h, wd, m, k, s, pads, d, blocked = case
     rng = np.random.default_rng(len(act) + c)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
@@ -101,7 +109,7 @@ def test_conv_matches_the_reference(case, act):
     _check(y, ACTIVATIONS[act][3](ref + z), m)
 
 
-def test_conv_without_bias_or_residual():
+def test_conv_without_bias_or_residual(tiles):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 16, 6, 6)).astype(np.float32)
     w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
@@ -154,9 +162,45 @@ def test_conv_property(c, m, h, w, k, s, p, n):
     wt = rng.standard_normal((m, c, k, k)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     ref = reference_conv(x, wt, b, (s, s), (p, p, p, p), (1, 1))
-    for blocked in (True, False):
-        y = _run_conv(x, wt, b, None, (s, s), (p, p), (1, 1), ref.shape[2:], "none", blocked)
-        _check(y, ref, m)
+    wide = native.NCHWC_WIDE_TILES
+    try:
+        for native.NCHWC_WIDE_TILES in (True, False):
+            for blocked in (True, False):
+                y = _run_conv(x, wt, b, None, (s, s), (p, p), (1, 1), ref.shape[2:], "none", blocked)
+                _check(y, ref, m)
+    finally:
+        native.NCHWC_WIDE_TILES = wide
+
+
+@pytest.mark.parametrize("case", [CONV_CASES[0], CONV_CASES[4], CONV_CASES[5], CONV_CASES[9]])
+def test_narrow_tiles_equal_the_wide_ones_bit_for_bit(case, monkeypatch):
+    """Each output sums its products in the same order (tap, group, channel) in both tile
+    sets, so the CPU's choice never changes a result."""
+    n, c, h, wd, m, k, s, pads, d, blocked = case
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((m, c, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    out_hw = reference_conv(x, w, None, (s, s), pads, (d, d)).shape[2:]
+    results = []
+    for wide in (True, False):
+        monkeypatch.setattr(native, "NCHWC_WIDE_TILES", wide)
+        results.append(_run_conv(x, w, b, None, (s, s), pads[:2], (d, d), out_hw, "relu", blocked))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize(("setting", "avx512", "offered"), [
+    ("", True, True), ("", False, False), ("1", False, True), ("0", True, False), ("x", False, False),
+])
+def test_nchwc_kernels_are_offered_only_with_avx512_unless_forced(setting, avx512, offered, monkeypatch):
+    class FakeModule:
+        @staticmethod
+        def gemm_info():
+            return (8, 32, 256, avx512)
+
+    monkeypatch.setenv("ONYXRT_CPU_NCHWC", setting)
+    monkeypatch.setattr(native, "_native", FakeModule)
+    assert native._nchwc_enabled() is offered
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 21, 5, 6), (1, 32, 7, 7), (3, 16, 1, 9), (0, 4, 2, 2)])

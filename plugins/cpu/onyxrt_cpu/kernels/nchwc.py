@@ -16,8 +16,9 @@ a pixel are one vector (csrc/nchwc.c says why that is faster):
 
 Lanes past C stay zero through every operator: bias and filters are zero-padded, and the
 activations here map 0 to a finite value, which the next convolution multiplies by its
-zero filters. They are registered only where the compiled module is on
-(:data:`onyxrt_cpu.native.ENABLED`): without it, the pass leaves models in NCHW.
+zero filters. They are registered only where :data:`onyxrt_cpu.native.NCHWC_ENABLED`
+(the compiled module is on and the CPU has AVX-512, or ``ONYXRT_CPU_NCHWC=1``):
+elsewhere the pass leaves models in NCHW.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ BLOCK = native.NCHWC_BLOCK
 
 
 def _register(op_type: str):  # type: ignore[no-untyped-def]
-    """Register in the fused domain when the compiled kernels are on; else leave the class
+    """Register in the fused domain when the NCHWc kernels are offered; else leave the class
     unregistered (the layout pass then never produces the operator)."""
 
     def wrap(cls: type[Kernel]) -> type[Kernel]:
-        if native.ENABLED:
+        if native.NCHWC_ENABLED:
             registry.register(op_type, since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)(cls)
         return cls
 
