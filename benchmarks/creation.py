@@ -19,7 +19,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import BUILDERS, RUNTIMES, create_session, format_table, machine_description  # noqa: E402
+from run import (  # noqa: E402
+    BUILDERS,
+    RUNTIMES,
+    add_models_argument,
+    create_session,
+    format_table,
+    machine_description,
+    positive,
+)
 
 
 def creation_times(data: bytes, repeats: int) -> dict[str, list[float]]:
@@ -39,20 +47,13 @@ def creation_times(data: bytes, repeats: int) -> dict[str, list[float]]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(BUILDERS),
-                        help=f"comma-separated, from {', '.join(BUILDERS)} (default: all)")
-    parser.add_argument("--repeats", type=int, default=9, help="timed creations per runtime")
+    add_models_argument(parser)
+    parser.add_argument("--repeats", type=positive, default=9, help="timed creations per runtime")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    names = [m for m in args.models.split(",") if m]
-    unknown = set(names) - set(BUILDERS)
-    if unknown:
-        parser.error(f"unknown models {sorted(unknown)}; choose from {', '.join(BUILDERS)}")
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
     print(", ".join(f"{k}: {v}" for k, v in machine_description().items()))
     rows = []
-    for name in names:
+    for name in args.models:
         times = creation_times(BUILDERS[name]().SerializeToString(), args.repeats)
         ours, theirs = (statistics.median(times[r]) * 1e3 for r in RUNTIMES)
         rows.append([name, f"{ours:.1f}", f"{theirs:.1f}", f"{ours / theirs:.2f}",

@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from run import BUILDERS, create_session, make_feeds  # noqa: E402
+from run import BUILDERS, add_models_argument, create_session, make_feeds, positive  # noqa: E402
 
 WARMUP_RUNS = 3
 
@@ -58,23 +58,18 @@ def measure(runtime: str, name: str, batch: int, runs: int) -> float:
 def main() -> None:
     """Print one Markdown table: per model, each runtime's isolated median and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(BUILDERS),
-                        help=f"comma-separated, from {', '.join(BUILDERS)}")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=15, help="timed runs per process")
+    add_models_argument(parser)
+    parser.add_argument("--batch", type=positive, default=1)
+    parser.add_argument("--runs", type=positive, default=15, help="timed runs per process")
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child:
         child(args._child)
         return
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(names) - set(BUILDERS))
-    if unknown:
-        parser.error(f"unknown models {unknown}; choose from {list(BUILDERS)}")
     print(f"batch {args.batch}: each runtime alone in a fresh process, median of {args.runs} runs")
     print("| model | onyxrt ms | ort ms | ratio |\n| --- | --- | --- | --- |")
     ratios = []
-    for name in names:
+    for name in args.models:
         ours = measure("onyxrt", name, args.batch, args.runs)
         theirs = measure("ort", name, args.batch, args.runs)
         ratios.append(ours / theirs)

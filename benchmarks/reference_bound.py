@@ -34,7 +34,15 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import BUILDERS, format_table, machine_description, make_feeds, time_interleaved  # noqa: E402
+from run import (  # noqa: E402
+    BUILDERS,
+    add_models_argument,
+    format_table,
+    machine_description,
+    make_feeds,
+    positive,
+    time_interleaved,
+)
 
 
 def _static_dims(model: onnx.ModelProto, batch: int) -> onnx.ModelProto:
@@ -158,21 +166,16 @@ HEADERS = ["model", "GFLOP", "GEMM floor ms", "reference ms", "max possible",
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(BUILDERS),
-                        help=f"comma-separated, from {', '.join(BUILDERS)} (default: all)")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=5, help="alternating blocks of timed runs")
-    parser.add_argument("--reference-runs", type=int, default=3)
+    add_models_argument(parser)
+    parser.add_argument("--batch", type=positive, default=1)
+    parser.add_argument("--runs", type=positive, default=5, help="alternating blocks of timed runs")
+    parser.add_argument("--reference-runs", type=positive, default=3)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    names = [m for m in args.models.split(",") if m]
-    unknown = set(names) - set(BUILDERS)
-    if unknown:
-        parser.error(f"unknown models {sorted(unknown)}; choose from {', '.join(BUILDERS)}")
     # The best of two measurements (this machine is shared: a busy moment must not lower
     # the rate, which would raise every "max possible"); the second after the models.
     rate = gemm_rate()
-    results = [measure(n, args.batch, args.runs, args.reference_runs) for n in names]
+    results = [measure(n, args.batch, args.runs, args.reference_runs) for n in args.models]
     rate = max(rate, gemm_rate())
     print(", ".join(f"{k}: {v}" for k, v in machine_description().items()))
     print(f"\nbest float32 GEMM rate (numpy matmul, 2048^3): {rate / 1e9:.0f} GFLOP/s; batch {args.batch}")

@@ -432,7 +432,7 @@ def format_profile(prof: dict[str, Any], markdown: bool) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     """Parse a count that must be at least 1."""
     value = int(text)
     if value < 1:
@@ -440,20 +440,36 @@ def _positive(text: str) -> int:
     return value
 
 
+def model_list(text: str) -> list[str]:
+    """Parse ``--models resnet50,bert``: names from :data:`BUILDERS`."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = sorted(set(names) - set(BUILDERS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown models {', '.join(unknown)}; choose from {', '.join(BUILDERS)}"
+        )
+    return names
+
+
+def add_models_argument(parser: argparse.ArgumentParser) -> None:
+    """``--models``, as every benchmark script here takes it (default: all five)."""
+    parser.add_argument("--models", type=model_list, default=list(BUILDERS),
+                        help=f"comma-separated, from {', '.join(BUILDERS)} (default: all)")
+
+
 def _batch_list(text: str) -> list[int]:
     """Parse ``--batch 1,8``."""
-    return [_positive(b) for b in text.split(",")]
+    return [positive(b) for b in text.split(",")]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(BUILDERS),
-                        help=f"comma-separated, from {', '.join(BUILDERS)} (default: all)")
+    add_models_argument(parser)
     parser.add_argument("--batch", type=_batch_list, default=[1],
                         help="batch sizes, comma-separated: one table each (default: 1)")
-    parser.add_argument("--runs", type=_positive, default=10, help="timed runs per runtime")
-    parser.add_argument("--reference-runs", type=_positive, default=1,
+    parser.add_argument("--runs", type=positive, default=10, help="timed runs per runtime")
+    parser.add_argument("--reference-runs", type=positive, default=1,
                         help="onnx.reference runs per model (median)")
     parser.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
     parser.add_argument("--no-memory", action="store_true",
@@ -462,14 +478,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH", help="also write all figures as JSON")
     parser.add_argument("--profile", metavar="MODEL", choices=list(BUILDERS),
                         help="then profile onyxrt on MODEL (first batch size): time per op type")
-    parser.add_argument("--profile-runs", type=_positive, default=5, help="runs profiled")
+    parser.add_argument("--profile-runs", type=positive, default=5, help="runs profiled")
     parser.add_argument("--_child-memory", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    args.models = args.models.split(",")
-    unknown = set(args.models) - set(BUILDERS)
-    if unknown:
-        parser.error(f"unknown models: {', '.join(sorted(unknown))}")
-    return args
+    return parser.parse_args(argv)
 
 
 def run_table(args: argparse.Namespace, batch: int) -> dict[str, Any]:
