@@ -353,19 +353,18 @@ py_gemm_pack(PyObject *self, PyObject *args)
         check_positive("lines", lines, 0) < 0 || check_positive("k", k, 0) < 0) {
         return NULL;
     }
-    Py_buffer src, dst;
-    if (get_f32(so, &src, 0, span(lines, k, ls, ks), "source") < 0) {
-        return NULL;
-    }
-    if (get_f32(dso, &dst, 1, gemm_packed_floats(lines, k, side_b), "packed") < 0) {
-        release(&src);
+    enum { SRC, DST, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_f32(so, &v[SRC], 0, span(lines, k, ls, ks), "source") < 0 ||
+        get_f32(dso, &v[DST], 1, gemm_packed_floats(lines, k, side_b), "packed") < 0) {
+        release_all(v, VIEWS);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    pack_parallel((const float *)src.buf, ls, ks, lines, k, side_b, (float *)dst.buf);
+    pack_parallel((const float *)v[SRC].buf, ls, ks, lines, k, side_b, (float *)v[DST].buf);
     Py_END_ALLOW_THREADS
-    release(&src);
-    release(&dst);
+    release_all(v, VIEWS);
     Py_RETURN_NONE;
 }
 

@@ -694,21 +694,20 @@ py_nchwc_reorder(PyObject *self, PyObject *args)
     }
     const idx blocks = (c + BLOCK - 1) / BLOCK;
     const idx plain = n * c * plane, blocked = n * blocks * plane * BLOCK;
-    Py_buffer s, d;
-    if (get_f32(so, &s, 0, to_nchwc ? plain : blocked, "source") < 0) {
+    enum { S, D, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_f32(so, &v[S], 0, to_nchwc ? plain : blocked, "source") < 0 ||
+        get_f32(dso, &v[D], 1, to_nchwc ? blocked : plain, "destination") < 0) {
+        release_all(v, VIEWS);
         return NULL;
     }
-    if (get_f32(dso, &d, 1, to_nchwc ? blocked : plain, "destination") < 0) {
-        release(&s);
-        return NULL;
-    }
-    ReorderCall r = {(const float *)s.buf, (float *)d.buf, c, blocks, plane};
+    ReorderCall r = {(const float *)v[S].buf, (float *)v[D].buf, c, blocks, plane};
     Py_BEGIN_ALLOW_THREADS
     parallel_for(to_nchwc ? to_blocked : from_blocked, &r, n * blocks,
                  1 + MIN_PARALLEL_FLOATS / (plane * BLOCK + 1));
     Py_END_ALLOW_THREADS
-    release(&s);
-    release(&d);
+    release_all(v, VIEWS);
     Py_RETURN_NONE;
 }
 
@@ -725,22 +724,21 @@ py_nchwc_maxpool(PyObject *self, PyObject *args)
         return NULL;
     }
     const Geometry *g = &pc.g; /* g->c counts blocks */
-    Py_buffer x, y;
-    if (get_f32(xo, &x, 0, g->n * g->c * g->h * g->w * BLOCK, "x") < 0) {
+    enum { X, Y, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_f32(xo, &v[X], 0, g->n * g->c * g->h * g->w * BLOCK, "x") < 0 ||
+        get_f32(yo, &v[Y], 1, g->n * g->c * g->oh * g->ow * BLOCK, "y") < 0) {
+        release_all(v, VIEWS);
         return NULL;
     }
-    if (get_f32(yo, &y, 1, g->n * g->c * g->oh * g->ow * BLOCK, "y") < 0) {
-        release(&x);
-        return NULL;
-    }
-    pc.x = (const float *)x.buf;
-    pc.y = (float *)y.buf;
+    pc.x = (const float *)v[X].buf;
+    pc.y = (float *)v[Y].buf;
     Py_BEGIN_ALLOW_THREADS
     parallel_for(maxpool_rows, &pc, g->n * g->c * g->oh,
                  1 + MIN_PARALLEL_FLOATS / (g->ow * BLOCK * g->kh * g->kw + 1));
     Py_END_ALLOW_THREADS
-    release(&x);
-    release(&y);
+    release_all(v, VIEWS);
     Py_RETURN_NONE;
 }
 
@@ -756,19 +754,18 @@ py_nchwc_mean(PyObject *self, PyObject *args)
     if (check_positive("items", items, 0) < 0 || check_positive("plane", plane, 1) < 0) {
         return NULL;
     }
-    Py_buffer x, y;
-    if (get_f32(xo, &x, 0, items * plane * BLOCK, "x") < 0) {
+    enum { X, Y, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_f32(xo, &v[X], 0, items * plane * BLOCK, "x") < 0 ||
+        get_f32(yo, &v[Y], 1, items * BLOCK, "y") < 0) {
+        release_all(v, VIEWS);
         return NULL;
     }
-    if (get_f32(yo, &y, 1, items * BLOCK, "y") < 0) {
-        release(&x);
-        return NULL;
-    }
-    MeanCall m = {(const float *)x.buf, (float *)y.buf, plane};
+    MeanCall m = {(const float *)v[X].buf, (float *)v[Y].buf, plane};
     Py_BEGIN_ALLOW_THREADS
     parallel_for(mean_items, &m, items, 1 + MIN_PARALLEL_FLOATS / (plane * BLOCK));
     Py_END_ALLOW_THREADS
-    release(&x);
-    release(&y);
+    release_all(v, VIEWS);
     Py_RETURN_NONE;
 }
