@@ -50,6 +50,7 @@ __all__ = [
     "layernorm_last_axis",
     "share_with_blas",
     "threads",
+    "HAS_AVX512",
     "GEMM_PREFERRED",
     "NCHWC_WIDE_TILES",
     "NCHWC_ENABLED",
@@ -99,22 +100,26 @@ ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY = (
 
 _F32 = np.dtype(np.float32)
 
+#: Whether this CPU has AVX-512 (the compiled module's answer; False without the module):
+#: the register tiles of the compiled GEMM and NCHWc convolutions are sized for it.
+HAS_AVX512 = AVAILABLE and bool(_native.gemm_info()[3])
+
 #: Whether models' float32 GEMMs go to the compiled GEMM (csrc/gemm.c) rather than BLAS:
 #: where its kernel is at its best, a CPU with AVX-512 (with AVX2 alone it is correct but
 #: slower than OpenBLAS). Tests flip this to run either path.
-GEMM_PREFERRED = ENABLED and bool(_native.gemm_info()[3])
+GEMM_PREFERRED = ENABLED and HAS_AVX512
 
 #: Whether NCHWc convolutions use the register tiles sized for AVX-512's 32 registers of
 #: 16 floats (up to 24 accumulators) or the narrow ones (6; csrc/nchwc.c's conv_row): by
 #: the CPU. Both are correct anywhere; tests flip this to run either path.
-NCHWC_WIDE_TILES = ENABLED and bool(_native.gemm_info()[3])
+NCHWC_WIDE_TILES = ENABLED and HAS_AVX512
 
 
-def _nchwc_enabled() -> bool:
+def _nchwc_enabled(has_avx512: bool) -> bool:
     setting = os.environ.get("ONYXRT_CPU_NCHWC", "")
     if not ENABLED or setting == "0":
         return False
-    return setting == "1" or bool(_native.gemm_info()[3])
+    return setting == "1" or has_avx512
 
 
 #: Whether the CPU provider offers the NCHWc kernels, so that the layout pass converts
@@ -122,7 +127,7 @@ def _nchwc_enabled() -> bool:
 #: they run 2-2.6x slower than the NCHW kernels on OpenBLAS (MobileNetV2 27.9 against 11.8
 #: ms, ResNet-50 183 against 69, an AVX2 build on this machine), so models stay in NCHW.
 #: ``ONYXRT_CPU_NCHWC=1`` offers them anyway (CI's tests, on whatever CPU), ``=0`` never.
-NCHWC_ENABLED = _nchwc_enabled()
+NCHWC_ENABLED = _nchwc_enabled(HAS_AVX512)
 
 
 def status() -> str:

@@ -25,7 +25,7 @@ from . import registry
 from ._spatial import compute_dtype
 from .activation import Gelu
 from .conv import Conv, add_channel_bias
-from .linalg import matmul
+from .linalg import contiguous_transpose, matmul
 from .normalization import LayerNormalization
 
 __all__ = ["FusedConv", "FusedMatMul", "native_activation"]
@@ -94,9 +94,7 @@ class FusedMatMul(Kernel):
         if isinstance(src, np.ndarray) and src.ndim == 2 and native.GEMM_PREFERRED:
             self._b_gemm = native.pack_gemm_b(src.T if self.attrs.trans_b else src)
         if self._b_gemm is None and self.attrs.trans_b and isinstance(src, np.ndarray) and src.ndim == 2:
-            self._b_packed = native.transposed(src)
-            if self._b_packed is None:
-                self._b_packed = np.ascontiguousarray(src.T, dtype=compute_dtype(src.dtype))
+            self._b_packed = contiguous_transpose(src)
 
     def compute(self, a, b, bias=None):
         if a.ndim < 2 or b.ndim < 2:
