@@ -14,7 +14,14 @@
  * the pool has threads. A second caller while the pool is in use (another Python thread
  * running a session, or calling numpy) runs a kernel's pieces one after another itself,
  * and an OpenBLAS call on temporary threads. A forked child starts with no workers and
- * makes new ones on first use. Without POSIX threads every call runs on the caller. */
+ * makes new ones on first use. Without POSIX threads every call runs on the caller.
+ *
+ * OpenBLAS calls run one at a time (blas_lock), whatever threads they land on: OpenBLAS
+ * hands job i of every parallel call the work buffer of "thread i", which its own server
+ * never lends to two calls at once (thread i runs one job at a time). Two calls at once
+ * through the callback - an sgemm and a dgemm from two Python threads (each type's GEMM
+ * driver serializes only its own calls) - wrote into each other's buffers and returned
+ * wrong products. */
 
 #include "native.h"
 
@@ -77,6 +84,11 @@ static Slot slots[MAX_WORKERS + 1];
 
 /* Set on the pool's own threads: a kernel they run never waits for the pool. */
 static __thread int on_worker = 0;
+
+/* One OpenBLAS parallel call at a time (see the top of this file). */
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Set while this thread is inside blas_callback. */
+static __thread int in_blas_call = 0;
 
 static long
 now_ns(void)
@@ -239,6 +251,8 @@ after_fork_in_child(void)
     pool.sleepers = 0;
     pool.busy = 0;
     pool.pending = 0;
+    pthread_mutex_init(&blas_lock, NULL); /* a call in flight in the parent is not ours */
+    in_blas_call = 0;
     for (int i = 0; i <= MAX_WORKERS; i++) {
         slots[i].state = SLOT_IDLE;
     }
@@ -321,14 +335,9 @@ blas_part(void *ctx, idx part, idx parts)
     call->dojob((int)part, call->jobdata + (size_t)part * call->elsize, call->dojob_data);
 }
 
-void
-blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,
-              int dojob_data)
+static void
+blas_run(OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata, int dojob_data)
 {
-    (void)sync; /* every call here returns when its jobs are done */
-    if (numjobs <= 0) {
-        return;
-    }
     if (numjobs == 1) {
         dojob(0, jobdata, dojob_data);
         return;
@@ -340,6 +349,27 @@ blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *j
     BlasCall call = {dojob, elsize, (char *)jobdata, dojob_data};
     pool_dispatch(blas_part, &call, numjobs, 0);
     pool_release();
+}
+
+void
+blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,
+              int dojob_data)
+{
+    (void)sync; /* every call here returns when its jobs are done */
+    if (numjobs <= 0) {
+        return;
+    }
+    if (on_worker || in_blas_call) {
+        /* A call from inside one of OpenBLAS's jobs (OpenBLAS makes none today): the
+         * enclosing call holds the lock, and waiting for it here would never end. */
+        blas_run(dojob, numjobs, elsize, jobdata, dojob_data);
+        return;
+    }
+    pthread_mutex_lock(&blas_lock);
+    in_blas_call = 1;
+    blas_run(dojob, numjobs, elsize, jobdata, dojob_data);
+    in_blas_call = 0;
+    pthread_mutex_unlock(&blas_lock);
 }
 
 /* fn(ctx, p, parts) for every p in [0, parts), at once on the pool when it is free, else
