@@ -180,7 +180,9 @@ def test_invalid_model_file_exits_2(tmp_path: Path) -> None:
     bad.write_bytes(b"not a model")
     proc = cli("run", str(bad))
     assert proc.returncode == 2
-    assert "InvalidModel" in proc.stderr
+    # ModelNotParsed: the InvalidModel (and onnxruntime's InvalidProtobuf) for bytes
+    # that are not an ONNX protobuf.
+    assert "ModelNotParsed" in proc.stderr and "not a valid ONNX model" in proc.stderr
     assert_no_traceback(proc)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 import pytest
@@ -10,7 +12,14 @@ from onnx import helper
 
 import onyxrt as ort
 from onyxrt.errors import InvalidArgument, InvalidProviderOption
-from onyxrt.options import Option, OptionSchema, format_option_value, parse_bool, parse_size
+from onyxrt.options import (
+    Option,
+    OptionSchema,
+    ProviderOptionWarning,
+    format_option_value,
+    parse_bool,
+    parse_size,
+)
 
 P = "TestExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -356,18 +365,40 @@ def test_session_default_options_are_reported(toy_provider, model_bytes):
     }
 
 
-def test_cpu_provider_has_no_options(model_bytes):
-    sess = ort.InferenceSession(model_bytes)
+def test_cpu_provider_accepts_onnxruntimes_arena_options_without_effect(model_bytes):
+    # OCR and layout libraries pass ("CPUExecutionProvider", {"arena_extend_strategy":
+    # "kSameAsRequested"}); onnxruntime's CPU provider takes it, so must we.
+    options = {"arena_extend_strategy": "kSameAsRequested", "use_arena": "0", "max_mem": 1 << 20}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # known keys: no warning
+        sess = ort.InferenceSession(model_bytes, providers=[(CPU, options)])
+    # Nothing of these is in effect (numpy allocates; no arena), so none is reported as
+    # effective — as onnxruntime reports {} — and the placement says why.
     assert sess.get_provider_options() == {CPU: {}}
-    assert CPU not in sess.memory_stats()  # numpy allocates its outputs: no arena to report
-    for key in ("arena_extend_strategy", "memory_limit", "use_arena", "enable_cpu_mem_arena"):
-        with pytest.raises(InvalidProviderOption) as err:
-            ort.InferenceSession(model_bytes, providers=[(CPU, {key: "1"})])
-        message = str(err.value)
-        assert CPU in message and f"unknown option {key!r}" in message
-        assert "Known options: (none)" in message
+    assert CPU not in sess.memory_stats()
+    notes = sess.placement.option_notes
+    assert len(notes) == 3 and all("no effect" in n and "no arena" in n for n in notes)
+    assert any("arena_extend_strategy" in line for line in sess.placement.summary_lines())
+    ortrt = pytest.importorskip("onnxruntime")
+    theirs = ortrt.InferenceSession(model_bytes, providers=[(CPU, options)])
+    assert theirs.get_provider_options() == {CPU: {}}
+
+
+def test_cpu_provider_warns_about_unknown_options_and_strict_mode_refuses(model_bytes):
+    with pytest.warns(ProviderOptionWarning, match=r"unknown option 'arena_extend_stratgy'.*Did you mean 'arena_extend_strategy'"):
+        sess = ort.InferenceSession(model_bytes, providers=[(CPU, {"arena_extend_stratgy": "kSameAsRequested"})])
+    assert sess.get_provider_options() == {CPU: {}}
+    with pytest.warns(ProviderOptionWarning, match="'kSameAsRequestd'.*Did you mean 'kSameAsRequested'"):
+        ort.InferenceSession(model_bytes, providers=[(CPU, {"arena_extend_strategy": "kSameAsRequestd"})])
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.strict_providers", "1")
     with pytest.raises(InvalidProviderOption, match="unknown option 'memory_limit'"):
-        ort.InferenceSession(model_bytes, providers=[CPU], provider_options=[{"memory_limit": 0}])
+        ort.InferenceSession(model_bytes, so, providers=[CPU], provider_options=[{"memory_limit": 0}])
+    with pytest.raises(InvalidProviderOption, match="allowed values"):
+        ort.InferenceSession(model_bytes, so, providers=[(CPU, {"arena_extend_strategy": "1"})])
+    # onnxruntime takes the same dicts without a word.
+    ortrt = pytest.importorskip("onnxruntime")
+    ortrt.InferenceSession(model_bytes, providers=[(CPU, {"arena_extend_stratgy": "x", "memory_limit": 0})])
 
 
 def test_provider_options_argument_and_alias(toy_provider, model_bytes):

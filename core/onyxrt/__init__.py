@@ -8,21 +8,53 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import errors
+from typing import Any
+
+from . import capi, errors
 from .api import (
+    disable_telemetry_events,
+    enable_telemetry_events,
     get_all_providers,
     get_available_providers,
     get_build_info,
     get_device,
     get_ep_devices,
     get_version_string,
+    has_collective_ops,
+    preload_dlls,
+    print_debug_info,
+    register_execution_provider_library,
+    unregister_execution_provider_library,
 )
-from .devices import Device, EpDevice
+from .capi import onnxruntime_validation
+from .devices import Device, EpDevice, OrtHardwareDeviceType, OrtSyncStream
 from .iobinding import IOBinding
-from .logs import set_default_logger_severity
-from .ortvalue import OrtValue
-from .placement import PlacementReport
+from .logs import set_default_logger_callback, set_default_logger_severity, set_default_logger_verbosity
+from .lora import AdapterFormat, LoraAdapter
+from .memory_info import (
+    OrtAllocatorType,
+    OrtArenaCfg,
+    OrtDevice,
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtMemoryInfo,
+    OrtMemoryInfoDeviceType,
+    OrtMemType,
+    create_and_register_allocator,
+    create_and_register_allocator_v2,
+)
+from .model_compiler import (
+    ModelCompiler,
+    OrtCompileApiFlags,
+    OrtEpContextData,
+    OrtEpContextDataBuffer,
+    OrtExternalInitializerInfo,
+)
+from .options import ProviderOptionWarning
+from .ortvalue import OrtValue, copy_tensors
+from .placement import OrtEpAssignedNode, OrtEpAssignedSubgraph, PlacementReport
 from .profiling import ProfileSummary
+from .seeding import set_seed
 from .session import (
     InferenceSession,
     ModelMetadata,
@@ -38,10 +70,74 @@ from .session_options import (
     RunOptions,
     SessionOptions,
 )
+from .sparse import OrtSparseFormat, SparseTensor
+from .threads import set_global_thread_pool_sizes
+
+# onnxruntime's module attributes and class aliases.
+version = __version__
+package_name = "onyxrt"
+#: onnxruntime records here an exception raised while importing its native module; none.
+import_capi_exception = None
+OrtEpDevice = EpDevice
+OrtHardwareDevice = Device
+SessionIOBinding = IOBinding
+
+
+def __getattr__(name: str) -> Any:
+    # Asked of the providers only when read (it may need the CUDA provider's probe).
+    if name == "cuda_version":
+        from .api import cuda_version
+
+        return cuda_version()
+    raise AttributeError(f"module 'onyxrt' has no attribute {name!r}")
 
 __all__ = [
     "__version__",
+    "version",
+    "package_name",
+    "capi",
     "errors",
+    "onnxruntime_validation",
+    "import_capi_exception",
+    "AdapterFormat",
+    "LoraAdapter",
+    "ModelCompiler",
+    "OrtCompileApiFlags",
+    "OrtEpContextData",
+    "OrtEpContextDataBuffer",
+    "OrtExternalInitializerInfo",
+    "OrtAllocatorType",
+    "OrtArenaCfg",
+    "OrtDevice",
+    "OrtDeviceMemoryType",
+    "OrtDeviceVendorId",
+    "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType",
+    "OrtMemType",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
+    "OrtEpDevice",
+    "OrtHardwareDevice",
+    "OrtHardwareDeviceType",
+    "OrtSyncStream",
+    "OrtSparseFormat",
+    "SparseTensor",
+    "SessionIOBinding",
+    "ProviderOptionWarning",
+    "copy_tensors",
+    "create_and_register_allocator",
+    "create_and_register_allocator_v2",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "has_collective_ops",
+    "preload_dlls",
+    "print_debug_info",
+    "register_execution_provider_library",
+    "unregister_execution_provider_library",
+    "set_default_logger_callback",
+    "set_default_logger_verbosity",
+    "set_global_thread_pool_sizes",
+    "set_seed",
     "InferenceSession",
     "SessionOptions",
     "RunOptions",

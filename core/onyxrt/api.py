@@ -1,17 +1,51 @@
-"""Module-level functions of onnxruntime's API: provider and device listings, versions."""
+"""Module-level functions of onnxruntime's API: provider and device listings, versions,
+process-wide switches (telemetry, seed, thread pools, provider libraries) and the
+introspection functions of ``onnxruntime.capi``."""
 
 from __future__ import annotations
 
-from .devices import EpDevice
+import enum
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from .devices import Device, EpDevice
 from .discovery import catalog
+from .errors import InvalidArgument
 
 __all__ = [
     "get_available_providers",
     "get_all_providers",
     "get_device",
     "get_ep_devices",
+    "get_hardware_devices",
     "get_version_string",
     "get_build_info",
+    "cuda_version",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "has_collective_ops",
+    "preload_dlls",
+    "print_debug_info",
+    "register_execution_provider_library",
+    "unregister_execution_provider_library",
+    "KernelDefInfo",
+    "get_all_opkernel_def",
+    "get_registered_ep_kernel_defs",
+    "get_all_operator_schema",
+    "OrtCompiledModelCompatibility",
+    "OrtDeviceEpIncompatibilityReason",
+    "get_compatibility_info_from_model",
+    "get_compatibility_info_from_model_bytes",
+    "get_model_compatibility_for_ep_devices",
+    "get_hardware_device_ep_incompatibility_details",
+    "is_dlpack_uint8_tensor",
 ]
 
 
@@ -82,3 +116,250 @@ def get_build_info() -> str:
     cat = catalog()
     parts = [f"{n} ({cat.specs[n].package} {cat.specs[n].package_version})" for n in cat.names()]
     return f"onyxrt {get_version_string()}; providers: " + ", ".join(parts)
+
+
+def get_hardware_devices() -> list[Device]:
+    """The distinct devices of the usable providers (onnxruntime's ``OrtHardwareDevice``
+    list): the host CPU first."""
+    seen: list[Device] = []
+    for ep in get_ep_devices():
+        if ep.state == "usable" and ep.device not in seen:
+            seen.append(ep.device)
+    seen.sort(key=lambda d: d.type != "cpu")
+    return seen
+
+
+def cuda_version() -> str:
+    """The CUDA version the usable CUDA provider runs on ("" when there is none), as
+    onnxruntime's ``onnxruntime.cuda_version`` (read lazily: it asks the provider)."""
+    cat = catalog()
+    for name in cat.available():
+        if "gpu" in cat.specs[name].device_types:
+            details = cat.status(name).details
+            for key in ("cuda_runtime", "cuda", "runtime"):
+                if details.get(key):
+                    return str(details[key])
+    return ""
+
+
+def disable_telemetry_events() -> None:
+    """Kept for onnxruntime code that calls it first thing: onyxrt sends no telemetry, so
+    there is nothing to disable."""
+
+
+def enable_telemetry_events() -> None:
+    """Kept for onnxruntime compatibility: onyxrt sends no telemetry, ever."""
+
+
+def has_collective_ops() -> bool:
+    """Whether collective (multi-device communication) operators are built in: no."""
+    return False
+
+
+def preload_dlls(cuda: bool = True, cudnn: bool = True, msvc: bool = True, directory: Any = None) -> None:
+    """Kept for onnxruntime compatibility. onyxrt's GPU providers load their libraries
+    through CuPy when first probed; ``onyxrt doctor`` says which library is missing, if
+    any. Nothing needs preloading."""
+
+
+def print_debug_info() -> None:
+    """Print what onnxruntime's ``print_debug_info`` is asked for: versions, every
+    installed provider with its state and, for unusable ones, why."""
+    cat = catalog()
+    print(f"onyxrt {get_version_string()} (python {sys.version.split()[0]}, onnx {onnx.__version__})")
+    for name in cat.names():
+        status = cat.status(name)
+        state = "usable" if status.usable else f"not usable: {status.reason}"
+        print(f"  {name} ({status.package} {status.package_version}): {state}")
+    for failure in cat.failures:
+        print(f"  plugin {failure.entry_point} ({failure.package}) failed: {failure.error}")
+
+
+def register_execution_provider_library(registration_name: str, path: str) -> None:
+    """Load providers from an onyxrt plugin that is not installed as a package: ``path`` is
+    a module name (``"mypkg.plugin"``) or a ``.py`` file defining the
+    ``onyxrt_providers`` hook (what an ``onyxrt.providers`` entry point names). Its
+    providers join :func:`get_available_providers` under ``registration_name``.
+
+    onnxruntime's native plugin libraries (``.so``/``.dll``/``.dylib``) cannot be loaded:
+    onyxrt providers are Python packages (see docs/writing-a-provider.md).
+    """
+    text = str(path)
+    if Path(text).suffix.lower() in (".so", ".dll", ".dylib", ".pyd") or ".so." in Path(text).name:
+        raise InvalidArgument(
+            f"register_execution_provider_library({registration_name!r}, {text!r}): this is a "
+            "native onnxruntime plugin library, which onyxrt cannot load. onyxrt providers are "
+            "Python packages: pip install the provider's onyxrt package, or pass the module "
+            "name or .py file of an onyxrt plugin."
+        )
+    if text.endswith(".py"):
+        file = Path(text)
+        if not file.is_file():
+            raise InvalidArgument(f"register_execution_provider_library: no such file {text!r}")
+        module_name = f"onyxrt_registered_{registration_name}"
+        spec = importlib.util.spec_from_file_location(module_name, file)
+        assert spec is not None and spec.loader is not None
+        loader = spec.loader
+
+        def load() -> Any:
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            return module
+    else:
+
+        def load() -> Any:
+            return importlib.import_module(text)
+
+    catalog().register_library(registration_name, load, text)
+
+
+def unregister_execution_provider_library(registration_name: str) -> None:
+    """Forget the providers :func:`register_execution_provider_library` added under
+    ``registration_name`` (sessions already created keep theirs)."""
+    catalog().unregister_library(registration_name)
+
+
+@dataclass(frozen=True)
+class KernelDefInfo:
+    """One registered kernel, as ``onnxruntime.capi`` describes it (``get_all_opkernel_def``)."""
+
+    op_name: str
+    domain: str
+    version_range: tuple[int, int]
+    provider: str
+    type_constraints: Mapping[str, list[str]] = field(default_factory=dict)
+
+
+_OPEN_END = 2147483647  # onnxruntime's "no later version" (INT_MAX)
+
+
+def _kernel_defs(names: Iterable[str]) -> list[KernelDefInfo]:
+    from .dtypes import onnx_elem_type, type_string
+    from .protocol import KernelRegistryProvider
+
+    cat = catalog()
+    result = []
+    for name in names:
+        cls = cat.provider_class(name)
+        registry = getattr(cls, "registry", None)
+        if not (isinstance(cls, type) and issubclass(cls, KernelRegistryProvider)) or registry is None:
+            continue
+        defs = registry.definitions()
+        for i, kdef in enumerate(defs):
+            following = defs[i + 1] if i + 1 < len(defs) else None
+            same_op = following is not None and (following.domain, following.op_type) == (kdef.domain, kdef.op_type)
+            end = following.since_version - 1 if same_op and following is not None else _OPEN_END
+            constraints = {
+                key: sorted(type_string(onnx_elem_type(t)) for t in types)
+                for key, types in kdef.types.items()
+            }
+            result.append(KernelDefInfo(kdef.op_type, kdef.domain or "ai.onnx",
+                                        (kdef.since_version, end), name, constraints))
+    return result
+
+
+def get_all_opkernel_def() -> list[KernelDefInfo]:
+    """Every kernel of every usable kernel-registry provider."""
+    return _kernel_defs(catalog().available())
+
+
+def get_registered_ep_kernel_defs(ep_name: str) -> list[KernelDefInfo]:
+    """The kernels one provider registers."""
+    if ep_name not in catalog().available():
+        raise InvalidArgument(f"no usable provider named {ep_name!r}; usable: {catalog().available()}")
+    return _kernel_defs([ep_name])
+
+
+def get_all_operator_schema() -> list[onnx.defs.OpSchema]:
+    """Every operator schema onyxrt knows: onnx's, every version."""
+    return list(onnx.defs.get_all_schemas_with_history())
+
+
+class OrtCompiledModelCompatibility(enum.IntEnum):
+    """Whether a compiled (EP-context) model suits a device (onnxruntime's values)."""
+
+    EP_NOT_APPLICABLE = 0
+    EP_SUPPORTED_OPTIMAL = 1
+    EP_SUPPORTED_PREFER_RECOMPILATION = 2
+    EP_UNSUPPORTED = 3
+
+
+class OrtDeviceEpIncompatibilityReason(enum.IntFlag):
+    """Why a provider cannot use a device (onnxruntime's values)."""
+
+    NONE = 0
+    DRIVER_INCOMPATIBLE = 1
+    DEVICE_INCOMPATIBLE = 2
+    MISSING_DEPENDENCY = 4
+    UNKNOWN = 1 << 31
+
+
+#: Metadata key under which a compiled model records what it was compiled for.
+COMPATIBILITY_KEY_PREFIX = "ep_compatibility_info."
+
+
+def get_compatibility_info_from_model(model_path: Any, ep_type: str) -> str:
+    """The compatibility string a compiling provider stored in the model's metadata for
+    ``ep_type`` ("" when there is none)."""
+    from .loader import load_model
+
+    return _compatibility_info(load_model(model_path).proto, ep_type)
+
+
+def get_compatibility_info_from_model_bytes(model_bytes: bytes, ep_type: str) -> str:
+    """As :func:`get_compatibility_info_from_model`, from serialized bytes."""
+    from .loader import load_model
+
+    return _compatibility_info(load_model(bytes(model_bytes)).proto, ep_type)
+
+
+def _compatibility_info(model: onnx.ModelProto, ep_type: str) -> str:
+    key = COMPATIBILITY_KEY_PREFIX + ep_type
+    return next((p.value for p in model.metadata_props if p.key == key), "")
+
+
+def get_model_compatibility_for_ep_devices(ep_devices: Sequence[EpDevice], compatibility_info: str) -> OrtCompiledModelCompatibility:
+    """Whether a model compiled with ``compatibility_info`` suits these devices: onyxrt's
+    compiling provider (the simulated NPU) recompiles from its cache key, so a compiled
+    model is never required — NOT_APPLICABLE."""
+    return OrtCompiledModelCompatibility.EP_NOT_APPLICABLE
+
+
+def get_hardware_device_ep_incompatibility_details(ep_name: str, hardware_device: Device) -> Any:
+    """Why ``ep_name`` cannot use ``hardware_device``: a ``(reasons, notes)`` pair, with
+    the provider's probe reason when it is unusable."""
+    cat = catalog()
+    if ep_name not in cat.names():
+        return (OrtDeviceEpIncompatibilityReason.MISSING_DEPENDENCY, f"{ep_name} is not installed")
+    status = cat.status(ep_name)
+    if not status.usable:
+        return (OrtDeviceEpIncompatibilityReason.MISSING_DEPENDENCY, status.reason)
+    if hardware_device.type not in cat.specs[ep_name].device_types:
+        return (OrtDeviceEpIncompatibilityReason.DEVICE_INCOMPATIBLE,
+                f"{ep_name} drives {', '.join(cat.specs[ep_name].device_types)}, not {hardware_device.type}")
+    return (OrtDeviceEpIncompatibilityReason.NONE, "")
+
+
+def is_dlpack_uint8_tensor(capsule: Any) -> bool:
+    """Whether a DLPack capsule (or an object exporting ``__dlpack__``) holds uint8 data
+    (onnxruntime asks before deciding between bool and uint8)."""
+    import numpy as np
+
+    try:
+        array = np.from_dlpack(capsule if hasattr(capsule, "__dlpack__") else _CapsuleHolder(capsule))
+    except (TypeError, BufferError, RuntimeError):
+        return False
+    return bool(array.dtype == np.uint8)
+
+
+class _CapsuleHolder:
+    """Lets numpy import a bare DLPack capsule (it takes objects with ``__dlpack__``)."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)

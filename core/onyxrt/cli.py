@@ -692,7 +692,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="json: one object on stdout (per output max abs/rel diff and ok); "
                    "the exit code is the same")
     p.set_defaults(func=cmd_parity)
+
+    p = sub.add_parser("shim", help="run a command with `import onnxruntime` resolved to onyxrt",
+                       description="Run COMMAND (any program; its Python processes and their "
+                       "children) with `import onnxruntime` resolved to onyxrt: "
+                       "onyxrt shim -- python app.py. With --pythonpath, print the folder to put "
+                       "first on PYTHONPATH instead.")
+    p.add_argument("--pythonpath", action="store_true",
+                   help="print the folder that, first on PYTHONPATH, installs the shim")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
+    p.set_defaults(func=cmd_shim)
     return parser
+
+
+def cmd_shim(args: argparse.Namespace) -> int:
+    """``onyxrt shim -- COMMAND``: run COMMAND under the compatibility shim; its exit code."""
+    import subprocess
+
+    from .compat import shim_environment, shim_pythonpath
+
+    if args.pythonpath:
+        print(shim_pythonpath())
+        return EXIT_OK
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CliError("give a command to run: onyxrt shim -- python app.py", EXIT_USAGE)
+    try:
+        return subprocess.call(command, env=shim_environment())
+    except FileNotFoundError:
+        raise CliError(f"command not found: {command[0]!r}", EXIT_USAGE) from None
 
 
 def _error(message: str, code: int) -> int:

@@ -34,6 +34,7 @@ from .protocol import SUPPORTED_PROTOCOL_VERSIONS, ExecutionProvider, ProbeResul
 
 __all__ = [
     "PLUGINS_ENV_VAR",
+    "KNOWN_PROVIDER_NAMES",
     "PROBE_TIMEOUT_ENV_VAR",
     "probe_timeout",
     "provider_label",
@@ -49,6 +50,19 @@ PROBE_TIMEOUT_ENV_VAR = "ONYXRT_PROBE_TIMEOUT_S"
 #: Seconds a provider's probe may take before it is marked unusable.
 DEFAULT_PROBE_TIMEOUT_S = 10.0
 CPU_PROVIDER = "CPUExecutionProvider"
+#: Every provider name onnxruntime's builds know (its ``get_all_providers()``) plus the
+#: ones onyxrt's packages add: a name outside these that is not installed is a typo
+#: (``set_providers`` raises for it, as onnxruntime does); one inside is only missing.
+KNOWN_PROVIDER_NAMES = frozenset({
+    "NvTensorRTRTXExecutionProvider", "TensorrtExecutionProvider", "CUDAExecutionProvider",
+    "MIGraphXExecutionProvider", "ROCMExecutionProvider", "OpenVINOExecutionProvider",
+    "DnnlExecutionProvider", "VitisAIExecutionProvider", "QNNExecutionProvider",
+    "NnapiExecutionProvider", "VSINPUExecutionProvider", "JsExecutionProvider",
+    "CoreMLExecutionProvider", "ArmNNExecutionProvider", "ACLExecutionProvider",
+    "DmlExecutionProvider", "RknpuExecutionProvider", "WebNNExecutionProvider",
+    "WebGpuExecutionProvider", "XnnpackExecutionProvider", "CANNExecutionProvider",
+    "AzureExecutionProvider", "SimNPUExecutionProvider", CPU_PROVIDER,
+})
 
 
 def probe_timeout() -> float:
@@ -186,6 +200,8 @@ class ProviderCatalog:
         self.excluded: list[str] = []
         self._classes: dict[str, type[ExecutionProvider]] = {}
         self._status: dict[str, ProviderStatus] = {}
+        #: registration name -> provider names, of register_library.
+        self._libraries: dict[str, tuple[str, list[str]]] = {}
 
     # -- loading ---------------------------------------------------------------------
     def load(self) -> ProviderCatalog:
@@ -274,6 +290,55 @@ class ProviderCatalog:
             )
         self.specs[spec.name] = spec
 
+    def register_library(self, registration_name: str, load: Any, origin: str) -> list[str]:
+        """Add the providers of a plugin module that is not installed as a package
+        (``onyxrt.register_execution_provider_library``): ``load()`` imports it. Returns
+        the provider names added; a failure is raised, not recorded (the caller asked)."""
+        from .errors import InvalidArgument
+
+        with self._lock:
+            self.load()
+            if registration_name in self._libraries:
+                raise InvalidArgument(
+                    f"an execution provider library is already registered as {registration_name!r}; "
+                    "unregister it first"
+                )
+            before, failures = set(self.specs), len(self.failures)
+            self._load_entry_point(_LibraryEntryPoint(registration_name, load), origin, "")
+            if len(self.failures) > failures:
+                failure = self.failures.pop()
+                raise InvalidArgument(
+                    f"register_execution_provider_library({registration_name!r}, {origin!r}): "
+                    f"{failure.error}"
+                )
+            added = sorted(set(self.specs) - before)
+            if not added:
+                raise InvalidArgument(
+                    f"register_execution_provider_library({registration_name!r}, {origin!r}): the "
+                    "module defines no onyxrt_providers hook returning a ProviderSpec"
+                )
+            self._libraries[registration_name] = (origin, added)
+            return added
+
+    def unregister_library(self, registration_name: str) -> None:
+        """Remove the providers :meth:`register_library` added under that name."""
+        from .errors import InvalidArgument
+
+        with self._lock:
+            entry = self._libraries.pop(registration_name, None)
+            if entry is None:
+                raise InvalidArgument(
+                    f"no execution provider library is registered as {registration_name!r} "
+                    f"(registered: {sorted(self._libraries)})"
+                )
+            origin, added = entry
+            if self.plugin_manager.has_plugin(f"{origin}:{registration_name}"):
+                self.plugin_manager.unregister(name=f"{origin}:{registration_name}")
+            for name in added:
+                self.specs.pop(name, None)
+                self._status.pop(name, None)
+                self._classes.pop(name, None)
+
     # -- queries ---------------------------------------------------------------------
     def names(self) -> list[str]:
         """Every installed provider name, by priority (highest first), CPU last."""
@@ -342,6 +407,18 @@ class ProviderCatalog:
         """Devices of a usable provider, from an instance with default options."""
         cls = self.provider_class(name)
         return list(cls(cls.option_schema.defaults()).devices())
+
+
+@dataclass(frozen=True)
+class _LibraryEntryPoint:
+    """What :meth:`ProviderCatalog._load_entry_point` needs of an entry point, for a
+    module registered at run time."""
+
+    name: str
+    loader: Any
+
+    def load(self) -> Any:
+        return self.loader()
 
 
 _catalog: ProviderCatalog | None = None

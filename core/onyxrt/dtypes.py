@@ -16,6 +16,7 @@ __all__ = [
     "onnx_elem_type",
     "type_string",
     "elem_type_from_string",
+    "type_proto_string",
     "FLOAT_TYPES",
     "SIGNED_INT_TYPES",
     "UNSIGNED_INT_TYPES",
@@ -87,6 +88,25 @@ def onnx_elem_type(dtype: Any) -> int:
 def type_string(elem_type: int) -> str:
     """onnxruntime's spelling of a tensor type, e.g. ``'tensor(float)'``."""
     return f"tensor({_TYPE_NAMES.get(elem_type, 'undefined')})"
+
+
+def type_proto_string(type_proto: Any) -> str:
+    """onnxruntime's spelling of any value type (``NodeArg.type``): ``'tensor(float)'``,
+    ``'seq(tensor(float))'``, ``'map(int64,tensor(float))'``, ``'optional(tensor(int64))'``,
+    ``'sparse_tensor(float)'``."""
+    which = type_proto.WhichOneof("value")
+    if which == "tensor_type":
+        return type_string(type_proto.tensor_type.elem_type)
+    if which == "sparse_tensor_type":
+        return f"sparse_{type_string(type_proto.sparse_tensor_type.elem_type)}"
+    if which == "sequence_type":
+        return f"seq({type_proto_string(type_proto.sequence_type.elem_type)})"
+    if which == "optional_type":
+        return f"optional({type_proto_string(type_proto.optional_type.elem_type)})"
+    if which == "map_type":
+        key = _TYPE_NAMES.get(type_proto.map_type.key_type, "undefined")
+        return f"map({key},{type_proto_string(type_proto.map_type.value_type)})"
+    return "unknown"
 
 
 def elem_type_from_string(name: str) -> int:

@@ -3,19 +3,52 @@
 Every error a user can cause (a bad model, a bad feed, a bad option, a provider that
 cannot be used) is one of these classes, and its message names the file, node, input or
 option involved, what was expected, what was found and what to do. Classes that mirror a
-Python built-in also derive from it (``InvalidArgument`` is a ``ValueError``) so code
-written against onnxruntime's exceptions keeps working.
+Python built-in also derive from it (``InvalidArgument`` is a ``ValueError``), and each
+derives from the exception class onnxruntime raises for the same failure
+(:mod:`onyxrt.status`; ``onyxrt.capi.onnxruntime_pybind11_state`` under onnxruntime's
+names), so code written against onnxruntime's exceptions keeps working:
+
+=========================  ==============================================
+onyxrt                     onnxruntime class it is also
+=========================  ==============================================
+InvalidModel               Fail
+ModelFileNotFound          NoSuchFile
+ModelNotParsed             InvalidProtobuf
+InvalidGraph               InvalidGraph (the same class)
+UnknownOperator            InvalidGraph and NotImplemented
+InvalidArgument            InvalidArgument (the same class)
+NotImplementedOp           NotImplemented
+ProviderError              EPFail
+KernelError, OutOfMemory   RuntimeException
+RunTerminated              Fail
+PartitionError             Fail
+CompileError               Fail
+ConfigEntryNotFound        RuntimeError (as onnxruntime raises)
+=========================  ==============================================
 """
 
 from __future__ import annotations
 
+from .status import (
+    EPFail,
+    Fail,
+    InvalidProtobuf,
+    NoSuchFile,
+    NotImplementedStatus,
+    RuntimeException,
+)
+
 __all__ = [
     "OnyxError",
     "InvalidModel",
+    "ModelFileNotFound",
+    "ModelNotParsed",
     "InvalidGraph",
+    "UnknownOperator",
     "InvalidArgument",
     "InvalidInput",
     "InvalidProviderOption",
+    "ConfigEntryNotFound",
     "NotImplementedOp",
     "ProviderError",
     "ProviderUnavailable",
@@ -23,6 +56,7 @@ __all__ = [
     "DuplicateProviderError",
     "ProtocolVersionError",
     "PartitionError",
+    "CompileError",
     "KernelError",
     "OutOfMemory",
     "ResourceLimitExceeded",
@@ -35,9 +69,17 @@ class OnyxError(Exception):
     """Base class of every error onyxrt raises on purpose."""
 
 
-class InvalidModel(OnyxError, ValueError):
+class InvalidModel(OnyxError, ValueError, Fail):
     """The model could not be read: malformed or truncated bytes, a file that does not
     exist, an IR version or opset this runtime does not support."""
+
+
+class ModelFileNotFound(InvalidModel, NoSuchFile):
+    """The model path names no file."""
+
+
+class ModelNotParsed(InvalidModel, InvalidProtobuf):
+    """The model's bytes are not a valid ONNX protobuf (truncated, empty or another format)."""
 
 
 class InvalidGraph(InvalidModel):
@@ -61,7 +103,12 @@ class InvalidProviderOption(InvalidArgument):
     """A provider option is unknown or its value is outside what the provider accepts."""
 
 
-class NotImplementedOp(OnyxError, NotImplementedError):
+class ConfigEntryNotFound(InvalidArgument, RuntimeError):
+    """A session or run config entry that was never set was asked for (a RuntimeError, as
+    onnxruntime raises, and an InvalidArgument, as onyxrt raised before)."""
+
+
+class NotImplementedOp(OnyxError, NotImplementedError, NotImplementedStatus):
     """No provider in the session can run a node (unknown operator, version or type).
 
     ``nodes`` names the nodes nobody claimed (when the partitioner raised it).
@@ -72,7 +119,11 @@ class NotImplementedOp(OnyxError, NotImplementedError):
         self.nodes = nodes
 
 
-class ProviderError(OnyxError, RuntimeError):
+class UnknownOperator(NotImplementedOp, InvalidGraph):
+    """A node names an operator its domain does not define (onnxruntime: InvalidGraph)."""
+
+
+class ProviderError(OnyxError, RuntimeError, EPFail):
     """A provider failed: while being created, claiming nodes, compiling or computing.
 
     ``provider`` names the provider at fault when one is (a session being created leaves
@@ -100,15 +151,20 @@ class ProtocolVersionError(DiscoveryError):
     """A plugin implements a provider protocol version this core does not speak."""
 
 
-class PartitionError(OnyxError):
+class PartitionError(OnyxError, Fail):
     """The graph could not be split between the providers (e.g. CPU fallback disabled)."""
 
 
-class KernelError(OnyxError, RuntimeError):
+class CompileError(OnyxError, Fail):
+    """``ModelCompiler`` could not produce what was asked (e.g. no node compiled under
+    ``ERROR_IF_NO_NODES_COMPILED``)."""
+
+
+class KernelError(OnyxError, RuntimeError, RuntimeException):
     """A kernel raised while computing a node; the message names the node and its inputs."""
 
 
-class OutOfMemory(OnyxError, MemoryError):
+class OutOfMemory(OnyxError, MemoryError, RuntimeException):
     """An allocation would exceed a memory limit; the message gives the request and limit."""
 
 
@@ -125,5 +181,5 @@ class ResourceLimitExceeded(OutOfMemory):
         self.limit = limit
 
 
-class RunTerminated(OnyxError, RuntimeError):
+class RunTerminated(OnyxError, RuntimeError, Fail):
     """A run was stopped because its ``RunOptions.terminate`` was set."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .ortvalue import OrtValue, _as_dtype, resolve_device_provider
+from .ortvalue import OrtValue, OrtValueVector, _as_dtype, resolve_device_provider
 
 if TYPE_CHECKING:
     from .session import InferenceSession
@@ -116,6 +116,10 @@ class IOBinding:
     def get_outputs_names(self) -> list[str]:
         """Names of bound outputs, in binding order."""
         return list(self._outputs)
+
+    def get_outputs_as_ortvaluevector(self) -> OrtValueVector:
+        """Outputs of the last run as an :class:`~onyxrt.ortvalue.OrtValueVector`."""
+        return OrtValueVector(self._results)
 
     def copy_outputs_to_cpu(self) -> list[Any]:
         """Outputs of the last run as host numpy arrays."""

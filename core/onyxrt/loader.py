@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,14 @@ import onnx.defs
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 
-from .errors import InvalidGraph, InvalidModel, NotImplementedOp, UnsafeExternalData
+from .errors import (
+    InvalidGraph,
+    InvalidModel,
+    ModelFileNotFound,
+    ModelNotParsed,
+    UnknownOperator,
+    UnsafeExternalData,
+)
 
 __all__ = ["LoadedModel", "load_model", "iter_tensors", "opset_versions"]
 
@@ -34,8 +41,18 @@ class LoadedModel:
     path: Path | None = None
 
 
-def load_model(source: Any) -> LoadedModel:
+def load_model(
+    source: Any,
+    external_files: Mapping[str, Any] | None = None,
+    supplied: Collection[str] = (),
+) -> LoadedModel:
     """Read ``source`` (str/PathLike path, bytes, or ``ModelProto``) and its external data.
+
+    ``external_files`` maps external-data file names (their ``location``) to the files'
+    contents, which are read instead of the disk
+    (``SessionOptions.add_external_initializers_from_files_in_memory``); external
+    initializers named in ``supplied`` are not read at all: the caller provides their
+    values (``SessionOptions.add_external_initializers``).
 
     Raises :class:`~onyxrt.errors.InvalidModel` for a missing, unreadable, malformed or
     truncated model, and :class:`~onyxrt.errors.UnsafeExternalData` for external data
@@ -50,7 +67,7 @@ def load_model(source: Any) -> LoadedModel:
     elif isinstance(source, (str, os.PathLike)):
         path = Path(os.fspath(source))
         if not path.exists():
-            raise InvalidModel(f"model file not found: {str(path)!r}")
+            raise ModelFileNotFound(f"model file not found: {str(path)!r}")
         if path.is_dir():
             raise InvalidModel(f"{str(path)!r} is a folder; pass the path of the .onnx file")
         try:
@@ -67,24 +84,24 @@ def load_model(source: Any) -> LoadedModel:
         )
     _check_header(loaded)
     _check_text(loaded.proto, loaded.origin)
-    _load_external_data(loaded)
+    _load_external_data(loaded, external_files or {}, supplied)
     return loaded
 
 
 def _parse(data: bytes, origin: str) -> onnx.ModelProto:
     if not data:
-        raise InvalidModel(f"{origin}: the model is empty (0 bytes)")
+        raise ModelNotParsed(f"{origin}: the model is empty (0 bytes)")
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
         if "MaxDepth" in str(exc):  # protobuf's nesting limit (~100 messages deep)
-            raise InvalidModel(
+            raise ModelNotParsed(
                 f"{origin}: the model nests messages deeper than protobuf allows ({exc}): "
                 "control-flow subgraphs (If/Loop/Scan bodies) can nest about 30 levels; "
                 "flatten the nesting"
             ) from None
-        raise InvalidModel(
+        raise ModelNotParsed(
             f"{origin}: not a valid ONNX model ({exc}); the file may be truncated or not "
             "an .onnx file"
         ) from None
@@ -217,16 +234,21 @@ def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                     yield from iter_tensors(g)
 
 
-def _load_external_data(loaded: LoadedModel) -> None:
+def _load_external_data(loaded: LoadedModel, in_memory: Mapping[str, Any], supplied: Collection[str]) -> None:
     base = loaded.base_dir.resolve()
     for tensor in iter_tensors(loaded.proto.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL or tensor.name in supplied:
             continue
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
         where = f"{loaded.origin}: initializer {tensor.name!r}"
         if not location:
             raise UnsafeExternalData(f"{where}: external data has no location")
+        if location in in_memory:
+            tensor.raw_data = _slice_of(memoryview(in_memory[location]).cast("B"), info, where, location)
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            continue
         if "\0" in location:
             raise UnsafeExternalData(f"{where}: external data path {location!r} contains a NUL character")
         if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
@@ -244,22 +266,33 @@ def _load_external_data(loaded: LoadedModel) -> None:
             ) from None
         if not target.is_file():
             raise InvalidModel(f"{where}: external data file {location!r} not found in {str(base)!r}")
-        size = target.stat().st_size
-        try:
-            offset = int(info.get("offset", "0") or 0)
-            length = int(info["length"]) if info.get("length") else size - offset
-        except ValueError:
-            raise UnsafeExternalData(f"{where}: external data offset/length are not integers") from None
-        if offset < 0 or length < 0 or offset + length > size:
-            raise UnsafeExternalData(
-                f"{where}: external data offset {offset} + length {length} is past the end of "
-                f"{location!r} ({size} bytes)"
-            )
+        offset, length = _extent(info, target.stat().st_size, where, location)
         with open(target, "rb") as fh:
             fh.seek(offset)
             tensor.raw_data = fh.read(length)
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _extent(info: Mapping[str, str], size: int, where: str, location: str) -> tuple[int, int]:
+    """(offset, length) of a tensor's external data, checked against the file's size."""
+    try:
+        offset = int(info.get("offset", "0") or 0)
+        length = int(info["length"]) if info.get("length") else size - offset
+    except ValueError:
+        raise UnsafeExternalData(f"{where}: external data offset/length are not integers") from None
+    if offset < 0 or length < 0 or offset + length > size:
+        raise UnsafeExternalData(
+            f"{where}: external data offset {offset} + length {length} is past the end of "
+            f"{location!r} ({size} bytes)"
+        )
+    return offset, length
+
+
+def _slice_of(data: memoryview, info: Mapping[str, str], where: str, location: str) -> bytes:
+    """A tensor's bytes from an external-data file given in memory."""
+    offset, length = _extent(info, data.nbytes, where, location)
+    return bytes(data[offset : offset + length])
 
 
 def check_model(loaded: LoadedModel) -> None:
@@ -296,7 +329,7 @@ def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> N
         if domain in ("", "ai.onnx.ml", "ai.onnx.preview.training") and not _known_operator(
             node.op_type, domain
         ):
-            raise NotImplementedOp(
+            raise UnknownOperator(
                 f"{origin}: node {node.name or '(unnamed)'!r} uses unknown operator "
                 f"{node.op_type!r} in domain {domain or 'ai.onnx'!r}; check the op name or "
                 "register a custom-op provider for it"
@@ -402,17 +435,15 @@ def _check_arity(node: onnx.NodeProto, origin: str, opset: int) -> None:
 
 
 def _check_dims(graph: onnx.GraphProto, origin: str) -> None:
-    """No declared dim or initializer dim may be negative: onnx's shape inference (1.23)
-    aborts the whole process on one (a C++ assertion in Slice's inference), so this must
-    be refused before inference runs."""
+    """A negative declared dim (Paddle2ONNX and older exporters write -1 for a dynamic
+    one) is read as unknown, as onnxruntime reads it; a negative initializer dim is an
+    error. Either must be gone before onnx's shape inference (1.23) runs: it aborts the
+    whole process on one (a C++ assertion in Slice's inference)."""
     for vi in [*graph.input, *graph.output, *graph.value_info]:
         if vi.type.HasField("tensor_type"):
-            for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            for d in vi.type.tensor_type.shape.dim:
                 if d.HasField("dim_value") and d.dim_value < 0:
-                    raise InvalidModel(
-                        f"{origin}: value {vi.name!r} declares dimension {axis} as {d.dim_value}; dims "
-                        "must be >= 0 (use a dim_param name for a dynamic dimension)"
-                    )
+                    d.ClearField("dim_value")
     for t in graph.initializer:
         if any(d < 0 for d in t.dims):
             raise InvalidModel(f"{origin}: initializer {t.name!r} has negative dims {list(t.dims)}")

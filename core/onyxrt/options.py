@@ -5,18 +5,29 @@ Users write options the way onnxruntime taught them: ``{"device_id": "0",
 declares an :class:`OptionSchema`; validation parses strings to the declared type, checks
 choices and ranges, rejects unknown keys with a did-you-mean, and returns the effective
 options (defaults filled in). ``get_provider_options()`` reports those back as strings.
+
+A schema built with ``unknown="warn"`` (the CPU provider's: onnxruntime's CPU provider
+ignores keys it does not know, and libraries pass it GPU-style keys) only warns about an
+unknown key, with a :class:`ProviderOptionWarning` and the did-you-mean, and drops it;
+in strict mode (``session.strict_providers=1``) it is still an error. An option can be
+accepted without effect (``no_effect`` says why): setting it is logged, not refused.
 """
 
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidProviderOption
 
-__all__ = ["Option", "OptionSchema", "parse_bool", "parse_size"]
+__all__ = ["Option", "OptionSchema", "ProviderOptionWarning", "parse_bool", "parse_size"]
+
+
+class ProviderOptionWarning(UserWarning):
+    """A provider option was ignored (an unknown key the provider tolerates)."""
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -65,6 +76,7 @@ class Option:
     ``type`` is one of ``bool``, ``int``, ``float``, ``str`` or ``"size"`` (bytes, with
     units). ``choices`` restricts values; ``minimum``/``maximum`` bound numbers.
     ``aliases`` are other spellings users may write (e.g. an onnxruntime key).
+    ``no_effect``, when set, says why the option is accepted but changes nothing here.
     """
 
     name: str
@@ -75,6 +87,7 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     aliases: tuple[str, ...] = ()
+    no_effect: str = ""
 
     def parse(self, raw: Any, provider: str) -> Any:
         """Convert ``raw`` to this option's type and check it, or raise a clear error."""
@@ -136,7 +149,10 @@ def format_option_value(value: Any) -> str:
 class OptionSchema:
     """The options one provider accepts; validates user dicts into effective options."""
 
-    def __init__(self, options: Iterable[Option] = ()) -> None:
+    def __init__(self, options: Iterable[Option] = (), unknown: str = "error") -> None:
+        if unknown not in ("error", "warn"):
+            raise ValueError(f"unknown must be 'error' or 'warn', got {unknown!r}")
+        self.unknown = unknown
         self.options: dict[str, Option] = {}
         self._aliases: dict[str, str] = {}
         for opt in options:
@@ -151,11 +167,13 @@ class OptionSchema:
         """Every option at its default value."""
         return {name: opt.default for name, opt in self.options.items()}
 
-    def validate(self, provider: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    def validate(self, provider: str, given: Mapping[str, Any] | None, strict: bool = False) -> dict[str, Any]:
         """Effective options: defaults overlaid with ``given``, every value checked.
 
-        Raises :class:`~onyxrt.errors.InvalidProviderOption` for an unknown key (with the
-        closest known key) or a bad value (with what is allowed).
+        Raises :class:`~onyxrt.errors.InvalidProviderOption` for a bad value (with what is
+        allowed) or an unknown key (with the closest known key) — for an unknown key only
+        a :class:`ProviderOptionWarning` when the schema tolerates them and ``strict`` is
+        off.
         """
         effective = self.defaults()
         for key, raw in (given or {}).items():
@@ -170,8 +188,32 @@ class OptionSchema:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 listing = ", ".join(sorted(self.options)) or "(none)"
-                raise InvalidProviderOption(
-                    f"{provider}: unknown option {key!r}.{hint} Known options: {listing}."
+                message = f"{provider}: unknown option {key!r}.{hint} Known options: {listing}."
+                if self.unknown == "error" or strict:
+                    raise InvalidProviderOption(message)
+                warnings.warn(
+                    message + " It is ignored (as onnxruntime ignores it); set the session "
+                    "config entry session.strict_providers=1 to make this an error.",
+                    ProviderOptionWarning,
+                    stacklevel=5,
                 )
-            effective[name] = opt.parse(raw, provider)
+                continue
+            try:
+                effective[name] = opt.parse(raw, provider)
+            except InvalidProviderOption as exc:
+                # A value the provider would ignore anyway is not worth breaking a session
+                # over where onnxruntime ignores it too (the tolerant schemas).
+                if not opt.no_effect or self.unknown == "error" or strict:
+                    raise
+                warnings.warn(f"{exc} It has no effect here and is ignored.", ProviderOptionWarning, stacklevel=5)
         return effective
+
+    def without_effect(self, given: Mapping[str, Any] | None) -> list[str]:
+        """For each option in ``given`` that is accepted without effect, a sentence that
+        says so (for the session's log)."""
+        notes = []
+        for key in given or {}:
+            opt = self.options.get(self._aliases.get(key, key)) if isinstance(key, str) else None
+            if opt is not None and opt.no_effect:
+                notes.append(f"option {key!r} is accepted and has no effect: {opt.no_effect}")
+        return notes

@@ -8,6 +8,7 @@ move it; ``numpy()`` copies it to the host through that provider's data transfer
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from .dtypes import elem_type_from_string, np_dtype, onnx_elem_type, type_string
 from .errors import InvalidArgument, ProviderUnavailable
 from .protocol import ExecutionProvider
 
-__all__ = ["OrtValue", "resolve_device_provider"]
+__all__ = ["OrtValue", "OrtValueVector", "copy_tensors", "resolve_device_provider", "dlpack_importable"]
 
 _HOST = Device("cpu", "host")
 _device_providers: dict[tuple[str, int], ExecutionProvider] = {}
@@ -79,6 +80,34 @@ def resolve_device_provider(device_type: str, device_id: int = 0) -> ExecutionPr
     )
 
 
+class _Capsule:
+    """A bare DLPack capsule dressed as an object with ``__dlpack__`` (what numpy and the
+    providers import); it claims host memory, the only thing a bare capsule can be read
+    as without its producer."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def dlpack_importable(data: Any) -> Any:
+    """``data`` itself when it exports ``__dlpack__``; a bare DLPack capsule wrapped so
+    numpy can import it."""
+    if hasattr(data, "__dlpack__"):
+        return data
+    if type(data).__name__ == "PyCapsule":
+        return _Capsule(data)
+    raise InvalidArgument(
+        f"from_dlpack takes an object with __dlpack__ (numpy, CuPy, torch...) or a DLPack "
+        f"capsule, got {type(data).__name__}"
+    )
+
+
 def _as_dtype(element_type: Any) -> np.dtype[Any]:
     if isinstance(element_type, int):
         return np_dtype(element_type)
@@ -99,8 +128,11 @@ class OrtValue:
 
     # -- construction ------------------------------------------------------------------
     @staticmethod
-    def ortvalue_from_numpy(array: Any, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
-        """Wrap ``array`` (no copy on CPU) or copy it to ``device_type``."""
+    def ortvalue_from_numpy(
+        array: Any, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
+    ) -> OrtValue:
+        """Wrap ``array`` (no copy on CPU) or copy it to ``device_type``. ``vendor_id``
+        (onnxruntime's, to tell GPU vendors apart) is implied by the device name here."""
         arr = np.asarray(array)
         provider = resolve_device_provider(device_type, device_id)
         if provider is None:
@@ -108,19 +140,57 @@ class OrtValue:
         return OrtValue(provider.data_transfer().copy(arr, _HOST, provider.device), provider)
 
     @staticmethod
+    def ortvalue_from_numpy_with_onnx_type(data: Any, onnx_element_type: int) -> OrtValue:
+        """Wrap host ``data`` as a tensor of ONNX element type ``onnx_element_type``
+        (e.g. uint16 bits as bfloat16): the bytes are reinterpreted, not converted, so
+        the item sizes must match."""
+        arr = np.asarray(data)
+        try:
+            target = np_dtype(int(onnx_element_type))
+        except TypeError:
+            raise InvalidArgument(f"unknown ONNX element type {onnx_element_type!r}") from None
+        if target == arr.dtype:
+            return OrtValue(arr)
+        if target.itemsize != arr.dtype.itemsize or arr.dtype.kind == "O" or target.kind == "O":
+            raise InvalidArgument(
+                f"ortvalue_from_numpy_with_onnx_type: {arr.dtype} data ({arr.dtype.itemsize} "
+                f"bytes per item) cannot be read as {type_string(int(onnx_element_type))} "
+                f"({target.itemsize} bytes per item)"
+            )
+        return OrtValue(np.ascontiguousarray(arr).view(target))
+
+    @staticmethod
     def ortvalue_from_shape_and_type(
-        shape: Any, element_type: Any, device_type: str = "cpu", device_id: int = 0
+        shape: Any,
+        element_type: Any,
+        device_type: str = "cpu",
+        device_id: int = 0,
+        vendor_id: int = -1,
+        memory_info: Any = None,
     ) -> OrtValue:
-        """A new uninitialised tensor of ``shape`` and ``element_type`` on the device."""
+        """A new uninitialised tensor of ``shape`` and ``element_type`` on the device (or
+        where ``memory_info``, an :class:`~onyxrt.memory_info.OrtMemoryInfo`, says)."""
         dtype = _as_dtype(element_type)
+        if memory_info is not None:
+            device_type, device_id = memory_info.device.name, memory_info.device_id
         host = np.empty(tuple(int(d) for d in shape), dtype=dtype)
         return OrtValue.ortvalue_from_numpy(host, device_type, device_id)
 
     @staticmethod
+    def ort_value_from_sparse_tensor(sparse_tensor: Any) -> OrtValue:
+        """An ``OrtValue`` holding a :class:`~onyxrt.SparseTensor` (to feed sparse inputs)."""
+        from .sparse import SparseTensor
+
+        if not isinstance(sparse_tensor, SparseTensor):
+            raise InvalidArgument(f"ort_value_from_sparse_tensor takes a SparseTensor, got {type(sparse_tensor).__name__}")
+        return OrtValue(sparse_tensor)
+
+    @staticmethod
     def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
-        """Wrap an object exporting ``__dlpack__`` without copying: a CPU tensor as a numpy
-        array, a device tensor (a CuPy array, a CUDA torch tensor) through the provider
-        whose DLPack device type matches."""
+        """Wrap an object exporting ``__dlpack__`` (or a DLPack capsule) without copying: a
+        CPU tensor as a numpy array, a device tensor (a CuPy array, a CUDA torch tensor)
+        through the provider whose DLPack device type matches."""
+        data = dlpack_importable(data)
         kind, device_id = data.__dlpack_device__() if hasattr(data, "__dlpack_device__") else (1, 0)
         if int(kind) in (1, 3):  # kDLCPU, kDLCUDAHost: host memory
             arr = np.from_dlpack(data)
@@ -158,6 +228,18 @@ class OrtValue:
             return True
         return isinstance(self._value, np.ndarray)
 
+    def is_sparse_tensor(self) -> bool:
+        """Whether the value is a :class:`~onyxrt.SparseTensor`."""
+        from .sparse import SparseTensor
+
+        return isinstance(self._value, SparseTensor)
+
+    def as_sparse_tensor(self) -> Any:
+        """The :class:`~onyxrt.SparseTensor` this value holds."""
+        if not self.is_sparse_tensor():
+            raise InvalidArgument("this OrtValue is not a sparse tensor (is_sparse_tensor() is False)")
+        return self._value
+
     def is_tensor_sequence(self) -> bool:
         """Whether the value is a sequence of tensors."""
         return isinstance(self._value, list)
@@ -176,7 +258,12 @@ class OrtValue:
         """The tensor's shape."""
         return list(self._shape_dtype()[0])
 
-    def element_type(self) -> np.dtype[Any]:
+    def element_type(self) -> int:
+        """The tensor's ONNX element type (``onnx.TensorProto.FLOAT`` is 1), as
+        onnxruntime returns it; :meth:`numpy_dtype` gives the numpy dtype."""
+        return onnx_elem_type(self._shape_dtype()[1])
+
+    def numpy_dtype(self) -> np.dtype[Any]:
         """The tensor's numpy dtype."""
         return self._shape_dtype()[1]
 
@@ -184,10 +271,48 @@ class OrtValue:
         """onnxruntime's type string, e.g. ``'tensor(float)'``."""
         return type_string(onnx_elem_type(self._shape_dtype()[1]))
 
-    def numpy(self) -> Any:
-        """The value on the host (a copy when it lives on a device)."""
+    def tensor_size_in_bytes(self) -> int:
+        """Bytes the tensor's elements occupy (elements times item size)."""
+        shape, dtype = self._shape_dtype()
+        count = 1
+        for d in shape:
+            count *= int(d)
+        return count * dtype.itemsize
+
+    def data_ptr(self) -> int:
+        """The address of the tensor's first element: host memory for a CPU value, device
+        memory for a device value (from its ``__cuda_array_interface__``)."""
         if self._provider is None or self._provider.device.is_host:
-            return self._value
+            arr = self._value
+            if not isinstance(arr, np.ndarray):
+                raise InvalidArgument("data_ptr() needs a tensor; this OrtValue holds a "
+                                      f"{type(arr).__name__}")
+            return int(arr.__array_interface__["data"][0])
+        try:
+            return int(self._value.__cuda_array_interface__["data"][0])
+        except AttributeError:
+            raise InvalidArgument(
+                f"data_ptr(): the {self.device_name()} value exposes no address "
+                "(no __cuda_array_interface__); use numpy() or DLPack"
+            ) from None
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """``np.asarray(ortvalue)``: the tensor on the host (a copy from a device)."""
+        value = self.numpy()
+        if not isinstance(value, np.ndarray):
+            raise InvalidArgument(f"this OrtValue holds a {type(value).__name__}, not a tensor")
+        if dtype is not None and value.dtype != np.dtype(dtype):
+            return value.astype(dtype)
+        return value.copy() if copy else value
+
+    def numpy(self) -> Any:
+        """The value on the host (a copy when it lives on a device); a sparse tensor
+        densified."""
+        if self._provider is None or self._provider.device.is_host:
+            value = self._value
+            if isinstance(value, np.ndarray) or not self.is_sparse_tensor():
+                return value
+            return value.to_dense()
         return self._provider.data_transfer().copy(self._value, self._provider.device, _HOST)
 
     def update_inplace(self, array: Any) -> None:
@@ -200,10 +325,15 @@ class OrtValue:
 
     # -- DLPack ------------------------------------------------------------------------
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
-        """Export through DLPack (host arrays and device values that support it)."""
+        """Export through DLPack (host arrays and device values that support it). A
+        read-only host array (one imported through DLPack itself, say) is exported as a
+        copy: DLPack before 1.0 cannot mark data read-only, so numpy refuses to share it."""
+        value = self._value
+        if isinstance(value, np.ndarray) and not value.flags.writeable:
+            value = value.copy()
         if stream is None:
-            return self._value.__dlpack__(**kwargs)
-        return self._value.__dlpack__(stream=stream, **kwargs)
+            return value.__dlpack__(**kwargs)
+        return value.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> Any:
         """DLPack device tuple of the underlying value."""
@@ -227,3 +357,75 @@ class OrtValue:
             shape, dtype = self._shape_dtype()
             return f"OrtValue({self.device_name()}, {dtype}, shape={list(shape)})"
         return f"OrtValue({type(self._value).__name__})"
+
+
+class OrtValueVector:
+    """A list of :class:`OrtValue` (onnxruntime's ``C.OrtValueVector``, what
+    ``run_with_ortvaluevector`` and ``IOBinding.get_outputs_as_ortvaluevector`` use)."""
+
+    def __init__(self, values: Sequence[OrtValue] = ()) -> None:
+        self._values: list[OrtValue] = [_as_ortvalue(v) for v in values]
+
+    def push_back(self, value: Any) -> None:
+        """Append an OrtValue (or a host array, wrapped)."""
+        self._values.append(_as_ortvalue(value))
+
+    def push_back_batch(self, values: Sequence[Any], *_: Any) -> None:
+        """Append several values (onnxruntime's extra arguments, its native pointers and
+        shapes, are not needed: the values carry them)."""
+        for value in values:
+            self.push_back(value)
+
+    def reserve(self, n: int) -> None:
+        """Kept for compatibility: a Python list needs no reservation."""
+
+    def shrink_to_fit(self) -> None:
+        """Kept for compatibility: a Python list needs no shrinking."""
+
+    def element_type_at(self, index: int) -> int:
+        """The ONNX element type of the value at ``index``."""
+        return self._values[index].element_type()
+
+    def dlpack_at(self, index: int) -> Any:
+        """A DLPack capsule of the value at ``index``."""
+        return self._values[index].to_dlpack()
+
+    def to_dlpacks(self, to_tensor: Any = None) -> list[Any]:
+        """DLPack capsules of every value, each passed through ``to_tensor`` when given
+        (e.g. ``torch.utils.dlpack.from_dlpack``)."""
+        capsules = [v.to_dlpack() for v in self._values]
+        return [to_tensor(c) for c in capsules] if to_tensor is not None else capsules
+
+    def bool_tensor_indices(self) -> list[int]:
+        """Positions of the boolean tensors (DLPack cannot tell them from uint8)."""
+        return [i for i, v in enumerate(self._values) if v.is_tensor() and v.numpy_dtype() == np.bool_]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, index: int) -> OrtValue:
+        return self._values[index]
+
+    def __iter__(self) -> Iterator[OrtValue]:
+        return iter(self._values)
+
+    def __repr__(self) -> str:
+        return f"OrtValueVector({self._values!r})"
+
+
+def _as_ortvalue(value: Any) -> OrtValue:
+    return value if isinstance(value, OrtValue) else OrtValue(np.asarray(value))
+
+
+def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: Any = None) -> None:
+    """Copy each ``src[i]`` into ``dst[i]`` (same shape and type; any devices), as
+    onnxruntime's ``copy_tensors``."""
+    if len(src) != len(dst):
+        raise InvalidArgument(f"copy_tensors: {len(src)} sources but {len(dst)} destinations")
+    for i, (a, b) in enumerate(zip(src, dst)):
+        if a.shape() != b.shape() or a.numpy_dtype() != b.numpy_dtype():
+            raise InvalidArgument(
+                f"copy_tensors: source {i} is {a.data_type()} {a.shape()} but destination {i} "
+                f"is {b.data_type()} {b.shape()}"
+            )
+        b.update_inplace(a.numpy())

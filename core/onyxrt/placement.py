@@ -21,6 +21,9 @@ __all__ = [
     "RefusalRecord",
     "FallbackRecord",
     "PlacementReport",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
+    "assigned_subgraphs",
 ]
 
 
@@ -101,6 +104,8 @@ class PlacementReport:
     refusals: tuple[RefusalRecord, ...] = ()
     fallbacks: tuple[FallbackRecord, ...] = ()
     partitions: int = 0
+    #: Provider options the user set that were accepted without effect, as sentences.
+    option_notes: tuple[str, ...] = ()
     #: Placement of control-flow bodies, keyed by "<node>/<attribute>".
     subgraphs: Mapping[str, PlacementReport] = field(default_factory=dict)
 
@@ -165,6 +170,8 @@ class PlacementReport:
         ]
         for fb in self.fallbacks:
             lines.append(f"fallback: {fb.provider} not used: {fb.reason}")
+        for note in self.option_notes:
+            lines.append(f"option without effect: {note}")
         for g in self.groups:
             lines.append(f"fused group {g.name} on {g.provider}: {len(g.nodes)} nodes")
         per_run = self.copies_per_run
@@ -195,3 +202,45 @@ class PlacementReport:
 
     def __str__(self) -> str:
         return "\n".join(self.summary_lines())
+
+
+@dataclass(frozen=True)
+class OrtEpAssignedNode:
+    """A node in onnxruntime's graph-assignment report: name, domain, operator."""
+
+    name: str
+    domain: str
+    op_type: str
+
+
+@dataclass(frozen=True)
+class OrtEpAssignedSubgraph:
+    """Nodes one provider runs as one unit (a fused group, or a single kernel), as
+    ``InferenceSession.get_provider_graph_assignment_info()`` reports them."""
+
+    ep_name: str
+    nodes: tuple[OrtEpAssignedNode, ...]
+
+    def get_nodes(self) -> list[OrtEpAssignedNode]:
+        """The nodes of this subgraph, in execution order."""
+        return list(self.nodes)
+
+
+def assigned_subgraphs(report: PlacementReport, domains: Mapping[str, str]) -> list[OrtEpAssignedSubgraph]:
+    """The placement as onnxruntime's assignment report: one subgraph per fused group,
+    one per node a kernel runs alone. ``domains`` gives each node's operator domain."""
+    result: list[OrtEpAssignedSubgraph] = []
+    seen_groups: dict[str, int] = {}
+    for placed in report.nodes:
+        node = OrtEpAssignedNode(placed.node, domains.get(placed.node, ""), placed.op_type)
+        if placed.group is None:
+            result.append(OrtEpAssignedSubgraph(placed.provider, (node,)))
+            continue
+        index = seen_groups.get(placed.group)
+        if index is None:
+            seen_groups[placed.group] = len(result)
+            result.append(OrtEpAssignedSubgraph(placed.provider, (node,)))
+        else:
+            current = result[index]
+            result[index] = OrtEpAssignedSubgraph(current.ep_name, (*current.nodes, node))
+    return result

@@ -384,6 +384,7 @@ class PlanContext:
     opsets: Mapping[str, int]
     requested: tuple[str, ...] = ()
     fallbacks: tuple[Any, ...] = ()
+    option_notes: tuple[str, ...] = ()
 
 
 def build_plan(graph: Graph, ctx: PlanContext) -> ExecutionPlan:
@@ -673,6 +674,7 @@ class _PlanBuilder:
             refusals=tuple(self.partition.refusals),
             fallbacks=tuple(self.ctx.fallbacks),
             partitions=self.partition.partitions,
+            option_notes=tuple(self.ctx.option_notes),
             subgraphs=dict(self.sub_reports),
         )
 

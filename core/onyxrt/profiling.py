@@ -192,6 +192,8 @@ class Profiler:
             events = list(self.events)
             self.events.clear()
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump(events, fh, indent=0)
+            # As onnxruntime writes it: a JSON array, one event per line (tools read the
+            # trace line by line as well as as a whole).
+            fh.write("[\n" + ",\n".join(json.dumps(e, separators=(",", ":")) for e in events) + "\n]\n")
         self.enabled = False
         return path

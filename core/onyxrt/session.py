@@ -9,6 +9,7 @@ that cannot be used) → partition → build the execution plan (kernels created
 from __future__ import annotations
 
 import contextlib
+import copy
 import difflib
 import math
 import os
@@ -16,7 +17,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +25,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .discovery import CPU_PROVIDER, PLUGINS_ENV_VAR, catalog
-from .dtypes import np_dtype, type_string
+from . import model_config
+from .devices import EpDevice
+from .discovery import CPU_PROVIDER, KNOWN_PROVIDER_NAMES, PLUGINS_ENV_VAR, catalog
+from .dtypes import np_dtype, type_proto_string, type_string
 from .errors import (
     InvalidArgument,
     InvalidInput,
@@ -36,6 +39,7 @@ from .errors import (
     ProviderError,
     ProviderUnavailable,
 )
+from .feeds import InputCheck, check_feed, check_shape, type_name
 from .functions import expand_nodes, inline_local_functions
 from .gradient import expand_gradients
 from .graph import Graph, check_structure, read_initializers
@@ -44,11 +48,13 @@ from .kernels import ValueType
 from .limits import limits_from_config, run_limits
 from .loader import LoadedModel, check_model, load_model, opset_versions
 from .logs import session_logger
+from .memory_info import OrtMemoryInfo
+from .model_saving import save_optimized_model
 from .optimizer import PassContext, optimize
 from .options import format_option_value
-from .ortvalue import OrtValue, resolve_device_provider
+from .ortvalue import OrtValue, OrtValueVector, resolve_device_provider
 from .partitioner import Partitioner
-from .placement import FallbackRecord, PlacementReport
+from .placement import FallbackRecord, OrtEpAssignedSubgraph, PlacementReport, assigned_subgraphs
 from .plan import ExecutionPlan, PlanContext, _Profile, build_plan
 from .profiling import Profiler, ProfileSummary
 from .protocol import ExecutionProvider, KernelRegistryProvider
@@ -65,7 +71,8 @@ from .session_options import (
     policy_device_order,
 )
 from .shape_inference import infer_shapes
-from .threads import intra_op_limit
+from .status import ModelLoadCanceled
+from .threads import global_thread_pool_sizes, intra_op_limit
 
 __all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning", "PlacementWarning"]
 
@@ -116,28 +123,48 @@ class ModelMetadata:
     custom_metadata_map: dict[str, str]
 
 
-def _node_arg(name: str, declared: ValueType | None, inferred: ValueType | None) -> NodeArg:
-    """A NodeArg from the declared type, completed by inference where the model is silent
-    (dim names invented by shape inference, 'unk__N', are reported as None)."""
-    vt = declared if declared is not None and declared.elem_type else inferred
+def _node_arg(
+    name: str,
+    declared: onnx.TypeProto | None,
+    inferred: ValueType | None,
+    inferred_proto: onnx.TypeProto | None,
+    declared_names: Set[str] = frozenset(),
+) -> NodeArg:
+    """A NodeArg from the declared type, its unknown dims completed by inference, as
+    onnxruntime reports it. Dim names the model declares are kept (tf2onnx writes
+    'unk__214'); names onnx's shape inference invents ('unk__N') are reported as None."""
+    proto = declared if declared is not None and declared.WhichOneof("value") else inferred_proto
+    if proto is not None and proto.WhichOneof("value") not in (None, "tensor_type"):
+        return NodeArg(name, type_proto_string(proto), _container_shape(proto))
+    own = ValueType.from_proto(declared) if declared is not None else None
+    vt = own if own is not None and own.elem_type else inferred
     if vt is None:
         return NodeArg(name, "unknown", None)
     tstr = type_string(vt.elem_type or 0) if vt.kind == "tensor" else vt.kind
-    shape = vt.shape
-    if shape is None and inferred is not None and vt is not inferred:
-        shape = inferred.shape
+    found = inferred.shape if inferred is not None else None
+    shape = own.shape if own is not None and own.shape is not None else found
     if shape is None:
         return NodeArg(name, tstr, None)
-    dims = [None if isinstance(d, str) and d.startswith("unk__") else d for d in shape]
-    return NodeArg(name, tstr, dims)
+    if found is not None and len(found) == len(shape):
+        shape = tuple(d if d is not None else f for d, f in zip(shape, found))
+    return NodeArg(name, tstr, [
+        None if isinstance(d, str) and d.startswith("unk__") and d not in declared_names else d
+        for d in shape
+    ])
 
 
-@dataclass
-class _InputCheck:
-    name: str
-    dtype: np.dtype[Any] | None
-    shape: tuple[int | str | None, ...] | None
-    kind: str
+def _container_shape(proto: onnx.TypeProto) -> list[int | str | None] | None:
+    """onnxruntime's NodeArg shape of a non-tensor value: an optional tensor's or a sparse
+    tensor's dims, ``[]`` for sequences and maps."""
+    which = proto.WhichOneof("value")
+    if which == "optional_type":
+        inner = proto.optional_type.elem_type
+        return _container_shape(inner) if inner.WhichOneof("value") != "tensor_type" else (
+            list(ValueType.from_proto(inner).shape or []))
+    if which == "sparse_tensor_type":
+        tt = proto.sparse_tensor_type
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+    return []
 
 
 class InferenceSession:
@@ -165,17 +192,29 @@ class InferenceSession:
         self._profiler = Profiler(opts.profile_file_prefix, bool(opts.enable_profiling))
         self._run_lock: threading.Lock | None = None
         self._pool: ThreadPoolExecutor | None = None
-        if opts.execution_mode == ExecutionMode.ORT_PARALLEL:
-            workers = opts.inter_op_num_threads or min(4, os.cpu_count() or 1)
-            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onyxrt-inter-op")
-            weakref.finalize(self, self._pool.shutdown, wait=False)
+        self._async_pool: ThreadPoolExecutor | None = None
+        self._ep_dynamic_options: dict[str, str] = {}
+        self._configure_threads()
         # Kept (a reference, like onnxruntime's session keeps its bytes) so that
         # set_providers can optimize the original graph again for other providers.
         self._source = path_or_bytes
-        self._intra_op_threads = int(opts.intra_op_num_threads or 0)
         self._limits = limits_from_config(opts.config_entries())
         with run_limits(self._limits):  # kernels built (and constants folded) under it too
             self._create(providers, provider_options)
+
+    def _configure_threads(self) -> None:
+        """The intra-op thread count and, in parallel mode, the inter-op pool, from the
+        options (or the global pool sizes, with ``use_per_session_threads = False``)."""
+        opts = self._sess_options
+        intra, inter = int(opts.intra_op_num_threads or 0), int(opts.inter_op_num_threads or 0)
+        shared = global_thread_pool_sizes()
+        if not opts.use_per_session_threads and shared is not None:
+            intra, inter = shared
+        self._intra_op_threads = intra
+        if opts.execution_mode == ExecutionMode.ORT_PARALLEL and self._pool is None:
+            workers = inter or min(4, os.cpu_count() or 1)
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onyxrt-inter-op")
+            weakref.finalize(self, self._pool.shutdown, wait=False)
 
     # -- creation --------------------------------------------------------------------
     def _create(
@@ -185,26 +224,62 @@ class InferenceSession:
         requested = self._requested_providers(providers, provider_options)
         instances, fallbacks = self._instantiate(requested)
         t0 = time.perf_counter()
+        self._check_cancelled()
         self._loaded = self._load(self._source)
+        self._options_from_model(self._loaded)
         t1 = time.perf_counter()
         self._profiler.session_event(
             "model_loading_uri" if self._loaded.path else "model_loading_array", t0, t1
         )
+        self._check_cancelled()
         self._graph = self._prepare_graph(instances)
         self._inputs_check = self._build_input_checks()
+        self._check_cancelled()
         self._build(requested, instances, fallbacks)
         self._profiler.session_event("session_initialization", t1, time.perf_counter())
 
+    def _check_cancelled(self) -> None:
+        if self._sess_options._load_cancelled:
+            raise ModelLoadCanceled(
+                "session creation was cancelled (SessionOptions.set_load_cancellation_flag(True))"
+            )
+
+    def _options_from_model(self, loaded: LoadedModel) -> None:
+        """``ORT_LOAD_CONFIG_FROM_MODEL=1``: the model's ``ort_config`` overrides the
+        session options (on a copy: the caller's object is not changed)."""
+        if not model_config.wanted():
+            return
+        values, ignored = model_config.session_options_from_model(loaded.proto, loaded.origin)
+        for key in ignored:
+            self._logger.info("ignoring unsupported session option in the model's ort_config: %s", key)
+        if not values:
+            return
+        opts = copy.copy(self._sess_options)
+        for key, value in values.items():
+            setattr(opts, key, value)
+            self._logger.info("session option %s = %s from the model's ort_config", key, value)
+        self._sess_options = opts
+        self._profiler.enabled = self._profiler.enabled or bool(opts.enable_profiling)
+        self._configure_threads()
+
     def _load(self, source: Any) -> LoadedModel:
-        loaded = load_model(source)
+        opts = self._sess_options
+        loaded = load_model(source, opts._external_files, opts._external_initializers)
         loaded.proto = inline_local_functions(loaded.proto)
-        check_model(loaded)
+        try:
+            check_model(loaded)
+        except NotImplementedOp as exc:
+            if opts.custom_op_libraries():
+                raise type(exc)(
+                    f"{exc}. (SessionOptions.register_custom_ops_library was given "
+                    f"{opts.custom_op_libraries()}; onyxrt cannot load native custom-op libraries)"
+                ) from None
+            raise
         loaded.proto = expand_gradients(loaded.proto)
         proto = loaded.proto
-        opts = self._sess_options
         if opts._free_dims_by_name or opts._free_dims_by_denotation:
             _apply_free_dim_overrides(proto.graph, opts._free_dims_by_name, opts._free_dims_by_denotation)
-        for name, value in opts._initializers.items():
+        for name, value in {**opts._external_initializers, **opts._initializers}.items():
             _replace_initializer(proto.graph, name, value)
         return loaded
 
@@ -221,7 +296,7 @@ class InferenceSession:
             proto, self._sess_options.graph_optimization_level, lambda m: _infer_shapes(m, self._logger), ctx
         )
         if self._sess_options.optimized_model_filepath:
-            _save_with_created_weights(proto, ctx.arrays, self._sess_options.optimized_model_filepath)
+            save_optimized_model(proto, ctx.arrays, self._sess_options)
         try:
             arrays = read_initializers(proto.graph, ctx.arrays)
         except InvalidModel as exc:
@@ -238,11 +313,18 @@ class InferenceSession:
     def _declared_from(self, proto: onnx.ModelProto) -> None:
         # What the model declares for its inputs and outputs, before shape inference adds
         # invented dim names ('unk__0'): NodeArg reports the declaration, like onnxruntime.
-        self._declared = {
-            vi.name: ValueType.from_proto(vi.type)
-            for vi in [*proto.graph.input, *proto.graph.output]
-            if vi.HasField("type")
-        }
+        self._declared: dict[str, onnx.TypeProto] = {}
+        for vi in [*proto.graph.input, *proto.graph.output]:
+            if vi.HasField("type"):
+                self._declared[vi.name] = onnx.TypeProto()
+                self._declared[vi.name].CopyFrom(vi.type)
+        self._declared_dim_names = frozenset(
+            d.dim_param
+            for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
+            if vi.type.HasField("tensor_type")
+            for d in vi.type.tensor_type.shape.dim
+            if d.dim_param
+        )
 
     def _graph_from(
         self, proto: onnx.ModelProto, inferred: bool = False, arrays: Mapping[str, Any] | None = None
@@ -274,6 +356,7 @@ class InferenceSession:
             opsets=self._graph.opsets,
             requested=tuple(name for name, _ in requested),
             fallbacks=tuple(fallbacks),
+            option_notes=tuple(self._option_notes),
         )
         plan = self._plan_leaving_out_failures(ctx, instances, fallbacks)
         placement = plan.placement
@@ -366,6 +449,8 @@ class InferenceSession:
         if providers is None:
             if provider_options is not None:
                 raise InvalidArgument("provider_options was given without providers")
+            if opts._added_providers:
+                return [(name, dict(options)) for name, options in opts._added_providers]
             return self._providers_from_devices() if opts.has_providers() else [(CPU_PROVIDER, {})]
         if isinstance(providers, str):
             raise InvalidArgument("providers must be a list, e.g. ['CPUExecutionProvider']")
@@ -399,6 +484,8 @@ class InferenceSession:
                 name = getattr(dev, "ep_name", str(dev))
                 if all(n != name for n, _ in result):
                     result.append((name, dict(options)))
+        if not result and opts._selection_delegate is not None:
+            result = self._providers_from_delegate()
         if not result and opts._selection_policy is not None:
             order = policy_device_order(OrtExecutionProviderDevicePolicy(int(opts._selection_policy)))
             cat = catalog()
@@ -409,11 +496,31 @@ class InferenceSession:
                         break
         return result or [(CPU_PROVIDER, {})]
 
+    def _providers_from_delegate(self) -> list[tuple[str, dict[str, Any]]]:
+        """``set_provider_selection_policy_delegate``: the user's function picks among the
+        usable (provider, device) pairs."""
+        from .api import get_ep_devices
+
+        usable = [d for d in get_ep_devices() if d.state == "usable"]
+        chosen = self._sess_options._selection_delegate(usable, {}, {}, len(usable))
+        result: list[tuple[str, dict[str, Any]]] = []
+        for dev in chosen or ():
+            name = getattr(dev, "ep_name", None)
+            if not isinstance(name, str):
+                raise InvalidArgument(
+                    f"the provider selection delegate must return OrtEpDevice objects from the list "
+                    f"it was given, got {type(dev).__name__}"
+                )
+            if all(n != name for n, _ in result):
+                result.append((name, {}))
+        return result
+
     def _instantiate(
         self, requested: list[tuple[str, dict[str, Any]]]
     ) -> tuple[list[ExecutionProvider], list[FallbackRecord]]:
         cat = catalog()
         strict = self._sess_options.config_flag(STRICT_PROVIDERS_KEY)
+        self._option_notes: list[str] = []
         instances: list[ExecutionProvider] = []
         fallbacks: list[FallbackRecord] = []
         installed = cat.names()
@@ -431,7 +538,10 @@ class InferenceSession:
                 self._fallback(name, status.reason, status.fix, strict, fallbacks)
                 continue
             cls = cat.provider_class(name)
-            effective = cls.option_schema.validate(name, options)
+            effective = cls.option_schema.validate(name, options, strict=strict)
+            for note in cls.option_schema.without_effect(options):
+                self._option_notes.append(f"{name}: {note}")
+                self._logger.info("%s: %s", name, note)
             try:
                 instances.append(cls(effective))
             except OnyxError:
@@ -474,11 +584,11 @@ class InferenceSession:
         # __init__/set_providers → _build → _instantiate → _fallback: point at the caller.
         warnings.warn(message, ProviderFallbackWarning, stacklevel=stacklevel)
 
-    def _build_input_checks(self) -> dict[str, _InputCheck]:
+    def _build_input_checks(self) -> dict[str, InputCheck]:
         checks = {}
         for name in [*self._graph.inputs, *self._graph.overridable]:
             vt = self._graph.value_type(name)
-            checks[name] = _InputCheck(
+            checks[name] = InputCheck(
                 name,
                 vt.dtype if vt is not None else None,
                 vt.shape if vt is not None else None,
@@ -496,8 +606,49 @@ class InferenceSession:
         """Run the model; return the requested outputs (all when ``output_names`` is None
         or empty) as numpy arrays, in the order requested."""
         names = self._output_names(output_names)
-        feeds = self._check_feeds(input_feed)
+        feeds = self._check_feeds(_with_adapters(input_feed, run_options))
         return self._execute(feeds, names, run_options, None)
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Any,
+        user_data: Any,
+        run_options: RunOptions | None = None,
+    ) -> None:
+        """Run on a worker thread and call ``callback(outputs, user_data, error)`` there:
+        outputs as from :meth:`run` and ``error`` "" on success; ``[]`` and the error's
+        message on failure (a bad feed or output name included). Missing inputs raise
+        here, before anything runs, as in onnxruntime."""
+        if not callable(callback):
+            raise InvalidArgument(f"run_async: callback must be callable, got {type(callback).__name__}")
+        # As onnxruntime: missing inputs raise here; everything else reaches the callback.
+        given = _with_adapters(input_feed, run_options)
+        missing = [n for n in self._graph.inputs if n not in given]
+        if missing:
+            raise InvalidInput(
+                f"required input(s) missing: {missing}. The model's inputs are: {self._graph.inputs}"
+            )
+        if self._async_pool is None:
+            with _ASYNC_POOL_LOCK:
+                if self._async_pool is None:
+                    self._async_pool = ThreadPoolExecutor(
+                        max_workers=max(1, self._sess_options.inter_op_num_threads or os.cpu_count() or 1),
+                        thread_name_prefix="onyxrt-run-async",
+                    )
+                    weakref.finalize(self, self._async_pool.shutdown, wait=False)
+
+        def work() -> None:
+            try:
+                names = self._output_names(output_names)
+                outputs = self._execute(self._check_feeds(given), names, run_options, None)
+            except Exception as exc:
+                callback([], user_data, str(exc))
+                return
+            callback(outputs, user_data, "")
+
+        self._async_pool.submit(work)
 
     def _execute(
         self,
@@ -529,8 +680,31 @@ class InferenceSession:
     ) -> list[OrtValue]:
         """Run with ``OrtValue`` inputs; return ``OrtValue`` outputs."""
         names = self._output_names(output_names)
-        feeds = self._check_feeds({k: v.numpy() for k, v in input_dict_ort_values.items()})
+        feeds = self._check_feeds(_with_adapters(input_dict_ort_values, run_options))
         return [OrtValue(v) for v in self._execute(feeds, names, run_options, None)]
+
+    def run_with_ortvaluevector(
+        self,
+        run_options: RunOptions | None,
+        feed_names: Sequence[str],
+        feeds: Sequence[OrtValue],
+        fetch_names: Sequence[str],
+        fetches: OrtValueVector,
+        fetch_devices: Sequence[Any] = (),
+    ) -> None:
+        """onnxruntime's low-level run: ``feeds`` (an ``OrtValueVector``) by
+        ``feed_names``; the outputs ``fetch_names`` are appended to ``fetches``."""
+        if len(feed_names) != len(feeds):
+            raise InvalidArgument(f"run_with_ortvaluevector: {len(feed_names)} feed names but {len(feeds)} feeds")
+        outputs = self.run_with_ort_values(list(fetch_names), dict(zip(feed_names, feeds)), run_options)
+        for value in outputs:
+            fetches.push_back(value)
+
+    def create_ortvalue_from_shape_and_type(
+        self, shape: Sequence[int], element_type: Any, device_type: str, device_id: int = 0, vendor_id: int = -1
+    ) -> OrtValue:
+        """A new tensor on a device (``OrtValue.ortvalue_from_shape_and_type``)."""
+        return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type, device_id, vendor_id)
 
     def io_binding(self) -> IOBinding:
         """A new :class:`IOBinding` for this session."""
@@ -606,13 +780,13 @@ class InferenceSession:
         check = self._inputs_check.get(name)
         if check is None:
             raise InvalidInput(f"unknown input name {name!r}. The model's inputs are: {self._graph.inputs}")
-        shape, dtype = value.shape(), value.element_type()
+        shape, dtype = value.shape(), value.numpy_dtype()
         if check.dtype is not None and dtype != check.dtype:
             raise InvalidInput(
-                f"input {name!r}: unexpected data type {type_string(_code(dtype))} on "
-                f"{value.device_name()}, expected {type_string(_code(check.dtype))}"
+                f"input {name!r}: unexpected data type {type_name(dtype)} on "
+                f"{value.device_name()}, expected {type_name(check.dtype)}"
             )
-        _check_shape(check, tuple(shape), f" (on {value.device_name()})")
+        check_shape(check, tuple(shape), f" (on {value.device_name()})")
 
     def _check_feeds(
         self, input_feed: Mapping[str, Any], also_given: Mapping[str, Any] | None = None
@@ -629,7 +803,7 @@ class InferenceSession:
                 raise InvalidInput(
                     f"unknown input name {name!r}.{hint} The model's inputs are: {self._graph.inputs}"
                 )
-            feeds[name] = _check_feed(check, value)
+            feeds[name] = check_feed(check, value)
         missing = [n for n in self._graph.inputs if n not in feeds and n not in (also_given or {})]
         if missing:
             raise InvalidInput(
@@ -639,7 +813,11 @@ class InferenceSession:
 
     # -- introspection -------------------------------------------------------------------
     def _node_args(self, names: Sequence[str]) -> list[NodeArg]:
-        return [_node_arg(n, self._declared.get(n), self._graph.value_type(n)) for n in names]
+        return [
+            _node_arg(n, self._declared.get(n), self._graph.value_type(n), self._types.get(n),
+                      self._declared_dim_names)
+            for n in names
+        ]
 
     def get_inputs(self) -> list[NodeArg]:
         """The model's inputs (initializers excluded)."""
@@ -654,7 +832,8 @@ class InferenceSession:
         return self._node_args(self._graph.overridable)
 
     def get_modelmeta(self) -> ModelMetadata:
-        """The model's metadata."""
+        """The model's metadata (``version`` is 2**63 - 1 when the model sets none, as in
+        onnxruntime)."""
         m = self._model
         return ModelMetadata(
             producer_name=m.producer_name,
@@ -662,18 +841,93 @@ class InferenceSession:
             domain=m.domain,
             description=m.doc_string,
             graph_description=m.graph.doc_string,
-            version=int(m.model_version),
+            version=int(m.model_version) if m.HasField("model_version") else _UNSET_MODEL_VERSION,
             custom_metadata_map={p.key: p.value for p in m.metadata_props},
         )
+
+    def _value_provider(self, name: str, as_input: bool) -> ExecutionProvider:
+        """The provider that reads input ``name`` first (or produces output ``name``)."""
+        by_node = {n.node: n.provider for n in self.placement.nodes}
+        nodes = self._graph.nodes
+        if as_input:
+            owner = next((by_node.get(n.name) for n in nodes if name in n.inputs), None)
+        else:
+            owner = next((by_node.get(n.name) for n in nodes if name in n.outputs), None)
+        return next((p for p in self._providers if p.name == owner), self._providers[-1])
+
+    def _memory_info_of(self, provider: ExecutionProvider) -> OrtMemoryInfo:
+        device = provider.device
+        info = OrtMemoryInfo.for_device("cpu" if device.is_host else (
+            provider.device_names[0] if provider.device_names else device.type), device.device_id)
+        info.device_vendor_id = device.vendor_id
+        return info
+
+    def get_input_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Where each input is read: the memory of the provider that consumes it."""
+        return [self._memory_info_of(self._value_provider(n, True)) for n in self._graph.inputs]
+
+    def get_output_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Where each output is produced: the memory of the provider that makes it."""
+        return [self._memory_info_of(self._value_provider(n, False)) for n in self._graph.outputs]
+
+    def get_input_epdevices(self) -> list[EpDevice]:
+        """The (provider, device) that consumes each input."""
+        from .api import get_ep_devices
+
+        devices = get_ep_devices()
+        result = []
+        for name in self._graph.inputs:
+            provider = self._value_provider(name, True)
+            match = next((d for d in devices if d.ep_name == provider.name
+                          and d.device.device_id == provider.device.device_id), None)
+            result.append(match if match is not None else EpDevice(provider.name, provider.vendor, provider.device))
+        return result
+
+    def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
+        """Which provider runs which nodes: one entry per fused group or single kernel
+        (onnxruntime needs ``session.record_ep_graph_assignment_info=1`` for this; onyxrt
+        always knows it, and :attr:`placement` says more)."""
+        domains = {n.name: n.domain for n in self._graph.nodes}
+        return assigned_subgraphs(self.placement, domains)
+
+    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
+        """onnxruntime passes these to its providers between runs (e.g.
+        ``ep.dynamic.workload_type``). onyxrt's providers take none: the options are
+        recorded (:meth:`get_ep_dynamic_options`) and logged."""
+        for key, value in dict(options).items():
+            self._ep_dynamic_options[str(key)] = str(value)
+            self._logger.info("ep dynamic option %s=%s recorded; no provider in this session uses it", key, value)
+
+    def get_ep_dynamic_options(self) -> dict[str, str]:
+        """The options given to :meth:`set_ep_dynamic_options`."""
+        return dict(self._ep_dynamic_options)
+
+    def get_tuning_results(self) -> list[Any]:
+        """Tuning results of tunable kernels: onyxrt has none, so ``[]``."""
+        return []
+
+    def set_tuning_results(self, results: Sequence[Any], *, error_on_invalid: bool = False) -> None:
+        """Accept tuning results from another session; onyxrt has no tunable kernels, so
+        they are ignored (with ``error_on_invalid=True`` non-empty results are refused)."""
+        if error_on_invalid and results:
+            raise InvalidArgument("set_tuning_results: onyxrt has no tunable kernels these results could apply to")
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """onnxruntime frees a captured CUDA graph here; onyxrt captures none."""
 
     def get_providers(self) -> list[str]:
         """Providers in this session, in priority order (CPU last)."""
         return [p.name for p in self._providers]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        """Effective options of each provider in the session, as strings."""
+        """Effective options of each provider in the session, as strings. Options a
+        provider accepts without effect are left out (the placement report lists the ones
+        you set: ``option without effect: ...``)."""
         return {
-            p.name: {k: format_option_value(v) for k, v in p.effective_options().items()}
+            p.name: {
+                k: format_option_value(v) for k, v in p.effective_options().items()
+                if not getattr(p.option_schema.options.get(k), "no_effect", "")
+            }
             for p in self._providers
         }
 
@@ -685,6 +939,17 @@ class InferenceSession:
         """Rebuild the session for a new provider list: the original model is optimized
         again for those providers, then partitioned and planned. On failure the session
         keeps its previous configuration."""
+        if providers is not None and not isinstance(providers, str):
+            # As onnxruntime: a name no build knows is an error here (the constructor
+            # only warns); a known provider that is missing falls back with a warning.
+            installed = catalog().names()
+            for entry in providers:
+                name = entry[0] if isinstance(entry, (tuple, list)) and entry else entry
+                if isinstance(name, str) and name not in installed and name not in KNOWN_PROVIDER_NAMES:
+                    raise ProviderUnavailable(
+                        f"Unknown Provider Type: {name}. Installed providers: {installed}."
+                        + catalog().suggest(name)
+                    )
         previous = dict(self.__dict__)
         try:
             self._create(providers, provider_options)
@@ -753,6 +1018,24 @@ class InferenceSession:
             p.sync()
 
 
+#: onnxruntime's ModelMetadata.version for a model that sets no model_version (INT64_MAX).
+_UNSET_MODEL_VERSION = 2**63 - 1
+_ASYNC_POOL_LOCK = threading.Lock()
+
+
+def _with_adapters(feeds: Mapping[str, Any], run_options: RunOptions | None) -> Mapping[str, Any]:
+    """The feeds plus the parameters of the run's active LoRA adapters."""
+    if run_options is None or not run_options._adapters:
+        return feeds
+    extra = run_options.adapter_feeds()
+    both = sorted(set(extra) & set(feeds))
+    if both:
+        raise InvalidInput(
+            f"input(s) {both} are given both in the feed and by an active LoRA adapter; feed each once"
+        )
+    return {**feeds, **extra}
+
+
 #: Initializers larger than this lend only their shape to shape inference, not their bytes.
 _INFERENCE_BYTES = 4096
 
@@ -796,15 +1079,6 @@ def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     return proto
 
 
-def _save_with_created_weights(proto: onnx.ModelProto, arrays: Mapping[str, np.ndarray], path: str) -> None:
-    """Save ``proto`` with the bytes of the initializers the optimizer created (which the
-    model holds as name, type and dims only) filled in from ``arrays``."""
-    for tensor in proto.graph.initializer:
-        if tensor.name in arrays and not tensor.raw_data:
-            tensor.raw_data = np.ascontiguousarray(arrays[tensor.name]).tobytes()
-    onnx.save_model(proto, path)
-
-
 def _skeleton_into(skeleton: onnx.ModelProto, proto: onnx.ModelProto) -> None:
     """Copy ``proto`` into ``skeleton`` except the bytes of initializers over
     ``_INFERENCE_BYTES``, which keep only name, type and dims."""
@@ -839,77 +1113,17 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "?", "!", ")")) else text + "."
 
 
-def _check_feed(check: _InputCheck, value: Any) -> Any:
-    if isinstance(value, OrtValue):
-        value = value.numpy()
-    if check.kind != "tensor":
-        return value
-    expected = check.dtype
-    if not isinstance(value, np.ndarray):
-        if isinstance(value, (list, tuple, int, float, bool, np.generic)) and not isinstance(value, str):
-            try:
-                value = np.asarray(value, dtype=expected)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInput(f"input {check.name!r}: cannot convert to {expected}: {exc}") from None
-        elif isinstance(value, str) and expected is not None and expected.kind == "O":
-            value = np.asarray(value, dtype=object)
-        else:
-            raise InvalidInput(
-                f"input {check.name!r}: expected a numpy array of {expected}, got {type(value).__name__}"
-            )
-    if expected is not None and value.dtype != expected:
-        if not (expected.kind == "O" and value.dtype.kind in "OUS"):
-            raise InvalidInput(
-                f"input {check.name!r}: unexpected data type {type_string(_code(value.dtype))}, "
-                f"expected {type_string(_code(expected))}. Convert it with .astype({_np_name(expected)})."
-            )
-        value = value.astype(object)
-    _check_shape(check, value.shape)
-    return value
-
-
-def _check_shape(check: _InputCheck, got: tuple[int, ...], where: str = "") -> None:
-    """A feed's rank and fixed dims must match the model's declaration (host or device)."""
-    shape = check.shape
-    if shape is None:
-        return
-    if len(got) != len(shape):
-        raise InvalidInput(
-            f"input {check.name!r}{where}: invalid rank {len(got)} (shape {list(got)}), "
-            f"expected rank {len(shape)} (shape {list(shape)})"
-        )
-    for axis, (dim, want) in enumerate(zip(got, shape)):
-        if isinstance(want, int) and dim != want:
-            raise InvalidInput(
-                f"input {check.name!r}{where}: dimension {axis} is {dim}, but the model fixes it "
-                f"to {want} (got shape {list(got)}, expected {list(shape)})"
-            )
-
-
 def _check_preallocated(name: str, target: OrtValue, value: Any) -> None:
     """A bound output buffer must have the output's exact shape and type (no broadcast,
     no cast), as onnxruntime requires."""
     arr = np.asarray(value)
-    shape, dtype = target.shape(), target.element_type()
+    shape, dtype = target.shape(), target.numpy_dtype()
     if list(arr.shape) != list(shape) or arr.dtype != dtype:
         raise InvalidArgument(
-            f"output {name!r}: the bound buffer is {type_string(_code(dtype))} {list(shape)}, "
-            f"but the output is {type_string(_code(arr.dtype))} {list(arr.shape)}; bind a "
+            f"output {name!r}: the bound buffer is {type_name(dtype)} {list(shape)}, "
+            f"but the output is {type_name(arr.dtype)} {list(arr.shape)}; bind a "
             "buffer of the output's shape and type, or bind the output to a device instead"
         )
-
-
-def _code(dtype: np.dtype[Any]) -> int:
-    from .dtypes import onnx_elem_type
-
-    try:
-        return onnx_elem_type(dtype)
-    except TypeError:
-        return 0
-
-
-def _np_name(dtype: np.dtype[Any]) -> str:
-    return f"np.{dtype.name}" if dtype.kind in "biuf" else repr(str(dtype))
 
 
 def _parse_pins(text: str) -> dict[str, str]:

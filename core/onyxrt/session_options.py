@@ -14,6 +14,10 @@ Session config entries onyxrt understands (``add_session_config_entry``):
 * ``session.max_tensor_bytes`` = ``"N"`` or ``"64GiB"`` — the largest single tensor a
   kernel may build (default min(16 GiB, physical memory)); past it the run raises
   :class:`~onyxrt.errors.ResourceLimitExceeded` before allocating (see onyxrt.limits).
+* ``session.optimized_model_external_initializers_file_name`` /
+  ``session.optimized_model_external_initializers_min_size_in_bytes`` — with
+  ``optimized_model_filepath``, initializers of at least that many bytes (default 1024)
+  are written to that file beside the saved model (onnxruntime's keys).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidArgument
+from .errors import ConfigEntryNotFound, InvalidArgument
 
 __all__ = [
     "GraphOptimizationLevel",
@@ -46,6 +50,8 @@ PIN_NODES_KEY = "session.pin_nodes"
 MAX_PARTITIONS_KEY = "session.max_partitions"
 MAX_COPIES_KEY = "session.max_copies_per_run"
 MAX_TENSOR_BYTES_KEY = "session.max_tensor_bytes"  # read by onyxrt.limits
+OPTIMIZED_EXTERNAL_FILE_KEY = "session.optimized_model_external_initializers_file_name"
+OPTIMIZED_EXTERNAL_MIN_SIZE_KEY = "session.optimized_model_external_initializers_min_size_in_bytes"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -98,7 +104,15 @@ class SessionOptions:
         self.enable_mem_pattern = True
         self.enable_mem_reuse = True
         self.use_deterministic_compute = False
+        self.use_per_session_threads = True
         self._config: dict[str, str] = {}
+        self._external_initializers: dict[str, Any] = {}
+        self._external_files: dict[str, Any] = {}
+        self._added_providers: list[tuple[str, dict[str, Any]]] = []
+        self._custom_op_libraries: list[str] = []
+        self._load_cancelled = False
+        self._ep_context_read_func: Any = None
+        self._selection_delegate: Any = None
         self._free_dims_by_name: dict[str, int] = {}
         self._free_dims_by_denotation: dict[str, int] = {}
         self._initializers: dict[str, Any] = {}
@@ -131,11 +145,13 @@ class SessionOptions:
         self._config[str(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
-        """The value of a session config entry; raises if it was never set."""
+        """The value of a session config entry; raises
+        :class:`~onyxrt.errors.ConfigEntryNotFound` (a RuntimeError, as onnxruntime
+        raises) if it was never set."""
         try:
             return self._config[key]
         except KeyError:
-            raise InvalidArgument(f"session config entry {key!r} is not set") from None
+            raise ConfigEntryNotFound(f"SessionOptions does not have configuration with key: {key!r}") from None
 
     def config_entries(self) -> Mapping[str, str]:
         """All config entries set on these options."""
@@ -158,6 +174,80 @@ class SessionOptions:
         """Replace the initializer ``name`` with a value the caller owns."""
         self._initializers[str(name)] = ortvalue
 
+    def add_external_initializers(self, names: list[str], ortvalues: list[Any]) -> None:
+        """Supply the values of initializers the model stores as external data: they are
+        used instead of reading the model's external files (each must match the
+        initializer's declared shape and type)."""
+        names, ortvalues = list(names), list(ortvalues)
+        if len(names) != len(ortvalues):
+            raise InvalidArgument(
+                f"add_external_initializers: {len(names)} names but {len(ortvalues)} values; "
+                "give one OrtValue per name"
+            )
+        for name, value in zip(names, ortvalues):
+            self._external_initializers[str(name)] = value
+
+    def add_external_initializers_from_files_in_memory(
+        self, file_names: list[str], buffers: list[Any], lengths: list[int]
+    ) -> None:
+        """Supply the contents of the model's external-data files: a tensor whose
+        ``location`` is one of ``file_names`` is read from the matching buffer (its first
+        ``length`` bytes) instead of the disk."""
+        file_names, buffers, lengths = list(file_names), list(buffers), list(lengths)
+        if not len(file_names) == len(buffers) == len(lengths):
+            raise InvalidArgument(
+                "add_external_initializers_from_files_in_memory: file_names, buffers and "
+                f"lengths differ in length ({len(file_names)}, {len(buffers)}, {len(lengths)})"
+            )
+        for name, buffer, length in zip(file_names, buffers, lengths):
+            view = memoryview(buffer).cast("B")
+            if not 0 <= int(length) <= view.nbytes:
+                raise InvalidArgument(
+                    f"add_external_initializers_from_files_in_memory: length {length} of "
+                    f"{name!r} is outside its buffer of {view.nbytes} bytes"
+                )
+            self._external_files[str(name)] = view[: int(length)]
+
+    def add_provider(self, provider_name: str, provider_options: Mapping[str, Any] | None = None) -> None:
+        """Append a provider (with options) to the providers a session created with
+        ``providers=None`` uses, in the order added."""
+        self._added_providers.append((str(provider_name), dict(provider_options or {})))
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        """onnxruntime loads native custom-operator libraries (onnxruntime-extensions...)
+        here. onyxrt cannot load native libraries; it records the path and warns, and a
+        model that uses one of its operators then fails to load naming it. Custom
+        operators run on onyxrt as kernels of a provider plugin
+        (docs/writing-a-provider.md)."""
+        import warnings
+
+        self._custom_op_libraries.append(str(library_path))
+        warnings.warn(
+            f"register_custom_ops_library({str(library_path)!r}): onyxrt cannot load native "
+            "custom-op libraries; models using its operators will not load. Provide the "
+            "operators as an onyxrt provider plugin instead.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    def custom_op_libraries(self) -> list[str]:
+        """Paths given to :meth:`register_custom_ops_library` (not loaded; see there)."""
+        return list(self._custom_op_libraries)
+
+    def set_load_cancellation_flag(self, cancel: bool) -> None:
+        """Ask sessions being created with these options to stop: creation raises
+        ``ModelLoadCanceled`` at its next step (onnxruntime's flag)."""
+        self._load_cancelled = bool(cancel)
+
+    def set_ep_context_data_read_func(self, read_func: Any) -> None:
+        """Where a compiling provider would read EP-context data from. Recorded; onyxrt's
+        compiling provider keeps its own cache, so nothing calls it yet."""
+        self._ep_context_read_func = read_func
+
+    def clear_ep_context_data_read_func(self) -> None:
+        """Forget the function of :meth:`set_ep_context_data_read_func`."""
+        self._ep_context_read_func = None
+
     # -- device selection ---------------------------------------------------------------
     def add_provider_for_devices(self, devices: list[Any], options: Mapping[str, Any] | None = None) -> None:
         """Use the providers of these ``EpDevice`` objects (from ``get_ep_devices()``)."""
@@ -167,9 +257,19 @@ class SessionOptions:
         """Choose providers automatically by a policy (see ``OrtExecutionProviderDevicePolicy``)."""
         self._selection_policy = policy
 
+    def set_provider_selection_policy_delegate(self, delegate: Any) -> None:
+        """Choose providers with your own function:
+        ``delegate(ep_devices, model_metadata, runtime_metadata, max_selections)`` gets the
+        usable ``OrtEpDevice`` list and returns the ones to use, best first."""
+        if not callable(delegate):
+            raise InvalidArgument(f"set_provider_selection_policy_delegate takes a callable, got {type(delegate).__name__}")
+        self._selection_delegate = delegate
+
     def has_providers(self) -> bool:
-        """Whether device-based provider selection was configured."""
-        return bool(self._provider_devices) or self._selection_policy is not None
+        """Whether providers were configured on these options (devices, a policy, a
+        delegate or :meth:`add_provider`)."""
+        return bool(self._provider_devices or self._added_providers) or (
+            self._selection_policy is not None or self._selection_delegate is not None)
 
 
 _KNOWN_ATTRS = {
@@ -177,6 +277,7 @@ _KNOWN_ATTRS = {
     "inter_op_num_threads", "enable_profiling", "profile_file_prefix", "optimized_model_filepath",
     "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena",
     "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute",
+    "use_per_session_threads",
 }
 
 
@@ -191,17 +292,36 @@ class RunOptions:
         self.terminate = False
         self.only_execute_path_to_fetches = False
         self._config: dict[str, str] = {}
+        self._adapters: list[Any] = []
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         """Set a run config entry."""
         self._config[str(key)] = str(value)
 
     def get_run_config_entry(self, key: str) -> str:
-        """The value of a run config entry; raises if it was never set."""
+        """The value of a run config entry; raises
+        :class:`~onyxrt.errors.ConfigEntryNotFound` (a RuntimeError, as onnxruntime
+        raises) if it was never set."""
         try:
             return self._config[key]
         except KeyError:
-            raise InvalidArgument(f"run config entry {key!r} is not set") from None
+            raise ConfigEntryNotFound(f"RunOptions does not have configuration with key: {key!r}") from None
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """Run with a LoRA adapter (:class:`onyxrt.LoraAdapter`): its parameters feed the
+        model inputs of the same names in runs using these options."""
+        if not callable(getattr(adapter, "parameters", None)):
+            raise InvalidArgument(
+                f"add_active_adapter takes a LoraAdapter (loaded with .Load(path)), got {type(adapter).__name__}"
+            )
+        self._adapters.append(adapter)
+
+    def adapter_feeds(self) -> dict[str, Any]:
+        """The parameters of the active adapters by name (later adapters win)."""
+        feeds: dict[str, Any] = {}
+        for adapter in self._adapters:
+            feeds.update(adapter.parameters())
+        return feeds
 
 
 class OrtExecutionProviderDevicePolicy(enum.IntEnum):

@@ -8,6 +8,9 @@ duration of each run of a session that asks for a size and restores it afterward
 per run); 0, the default, leaves the library's own setting (all cores). The pool is
 process-wide: concurrent runs of sessions asking for different sizes share it, and the
 last one to start wins until it ends.
+
+``set_global_thread_pool_sizes`` (onnxruntime's global pools) gives the sizes sessions use
+when they set ``SessionOptions.use_per_session_threads = False``.
 """
 
 from __future__ import annotations
@@ -16,10 +19,31 @@ import contextlib
 import threading
 from typing import Any
 
-__all__ = ["intra_op_limit"]
+__all__ = ["intra_op_limit", "set_global_thread_pool_sizes", "global_thread_pool_sizes"]
 
 _controller: Any = None
 _lock = threading.Lock()
+_global_sizes: tuple[int, int] | None = None
+
+
+def set_global_thread_pool_sizes(intra_op_num_threads: int = 0, inter_op_num_threads: int = 0) -> None:
+    """The intra- and inter-op thread counts of sessions created with
+    ``use_per_session_threads = False`` (0: the library's own default)."""
+    global _global_sizes
+    for name, value in (("intra_op_num_threads", intra_op_num_threads),
+                        ("inter_op_num_threads", inter_op_num_threads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            from .errors import InvalidArgument
+
+            raise InvalidArgument(f"set_global_thread_pool_sizes: {name} must be an int >= 0, got {value!r}")
+    with _lock:
+        _global_sizes = (intra_op_num_threads, inter_op_num_threads)
+
+
+def global_thread_pool_sizes() -> tuple[int, int] | None:
+    """What :func:`set_global_thread_pool_sizes` set, or None."""
+    with _lock:
+        return _global_sizes
 
 
 def _blas_controller() -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from onyxrt.devices import HOST_MEMORY, Device
-from onyxrt.options import OptionSchema
+from onyxrt.options import Option, OptionSchema
 from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
 from . import __version__, native
@@ -19,12 +19,35 @@ from .malloc_tuning import ENV_VAR as MALLOC_ENV_VAR
 from .malloc_tuning import tune_malloc
 
 
+_NO_ARENA = ("the CPU provider keeps no arena: numpy allocates its buffers, and large ones are "
+             "reused through the C heap (onyxrt_cpu/malloc_tuning.py)")
+
+#: onnxruntime's CPU provider options (its arena settings, as libraries pass them:
+#: ``("CPUExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"})``). All are
+#: accepted without effect, and logged as such; unknown keys warn (onnxruntime ignores
+#: them silently), and fail in strict mode.
+CPU_OPTIONS = OptionSchema([
+    Option("use_arena", bool, True, "whether buffers come from an arena", no_effect=_NO_ARENA),
+    Option("arena_extend_strategy", str, "kNextPowerOfTwo", "how the arena grows",
+           choices=("kNextPowerOfTwo", "kSameAsRequested"), no_effect=_NO_ARENA),
+    Option("max_mem", int, 0, "arena size limit in bytes (0: none)", minimum=0, no_effect=_NO_ARENA),
+    Option("initial_chunk_size_bytes", int, -1, "first arena region (-1: default)", minimum=-1,
+           no_effect=_NO_ARENA),
+    Option("initial_growth_chunk_size_bytes", int, -1, "first growth (-1: default)", minimum=-1,
+           no_effect=_NO_ARENA),
+    Option("max_dead_bytes_per_chunk", int, -1, "split threshold (-1: default)", minimum=-1,
+           no_effect=_NO_ARENA),
+    Option("max_power_of_two_extend_bytes", int, -1, "largest doubling step (-1: default)",
+           minimum=-1, no_effect=_NO_ARENA),
+], unknown="warn")
+
+
 class CPUExecutionProvider(KernelRegistryProvider):
     """Runs every node it has a numpy kernel for, in host memory.
 
-    It has no options and no arena: numpy allocates what its kernels produce, so an
-    arena option here could only be a silent no-op. (Arena options belong to providers
-    that manage device memory; see ``onyxrt.allocator.ArenaAllocator``.)
+    It has no arena: numpy allocates what its kernels produce. onnxruntime's arena options
+    (``arena_extend_strategy``, ``use_arena``...) are accepted without effect, so code that
+    passes them runs unchanged (see ``CPU_OPTIONS``).
     """
 
     name: ClassVar[str] = "CPUExecutionProvider"
@@ -32,7 +55,7 @@ class CPUExecutionProvider(KernelRegistryProvider):
     version: ClassVar[str] = __version__
     device_names: ClassVar[tuple[str, ...]] = ("cpu",)
     registry = registry
-    option_schema: ClassVar[OptionSchema] = OptionSchema()
+    option_schema: ClassVar[OptionSchema] = CPU_OPTIONS
 
     @classmethod
     def probe(cls) -> ProbeResult:

@@ -3,7 +3,8 @@
 Constant, ConstantOfShape, Range, EyeLike and the random ops (RandomNormal, RandomUniform,
 their ``*Like`` forms, Bernoulli, Multinomial). Random ops draw from a numpy ``Generator``
 created once per node: seeded from the ``seed`` attribute when the node has one (so a
-session's sequence of runs is reproducible), otherwise from fresh OS entropy.
+session's sequence of runs is reproducible), else from ``onyxrt.set_seed``'s seed when a
+program set one, otherwise from fresh OS entropy.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from onyxrt.dtypes import FLOAT_TYPES, np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.seeding import default_seed
 from onyxrt.limits import check_allocation, output_of
 
 from . import registry
@@ -226,7 +228,7 @@ class _RandomKernel(Kernel):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         seed = info.attr("seed")
-        self.seed = None if seed is None else _seed_to_int(seed)
+        self.seed = default_seed() if seed is None else _seed_to_int(seed)
         self._rng = np.random.default_rng(self.seed)
         self._lock = threading.Lock()
 

@@ -18,6 +18,7 @@ import numpy as np
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.limits import check_allocation, output_of
+from onyxrt.seeding import default_seed
 
 from . import registry
 
@@ -444,6 +445,10 @@ class _DropoutBase(Kernel):
 
     def _init_rng(self, seed: int | None) -> None:
         # RandomState(seed).uniform(...) >= ratio is the mask ONNX's examples describe.
+        # Without a seed attribute: onyxrt.set_seed's seed when a program set one.
+        if seed is None:
+            chosen = default_seed()
+            seed = None if chosen is None else chosen & 0xFFFFFFFF
         self._rng = np.random.RandomState(seed) if seed is not None else np.random.RandomState()
         self._lock = threading.Lock()
 

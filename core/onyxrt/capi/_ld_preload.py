@@ -1,0 +1,1 @@
+"""onnxruntime preloads native libraries here; onyxrt has none to preload."""

@@ -1,0 +1,3 @@
+"""onnxruntime's build facts: the package name (onyxrt's)."""
+
+package_name = "onyxrt"
