@@ -242,3 +242,25 @@ def test_an_active_lora_adapter_feeds_its_parameters(tmp_path):
         sess.run(None, {"x": X, "delta": delta}, ro)
     with pytest.raises(InvalidArgument, match="LoraAdapter"):
         ro.add_active_adapter("not an adapter")
+
+
+def test_keyword_arguments_of_onnxruntime_are_taken():
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Add", ["m", "b"], ["y"], name="add")],
+        [tensor("x", [1, 8])], [tensor("y", [1, 8])], {"w": W, "b": np.ones(8, np.float32)})
+    data = model.SerializeToString()
+    fused = ort.InferenceSession(data)
+    assert [n.op_type for n in fused.placement.nodes] != ["MatMul", "Add"]  # fused by default
+    for names in (["MatMulAddFusion"], ["fuse_matmul"]):  # onnxruntime's name, or onyxrt's
+        plain = ort.InferenceSession(data, disabled_optimizers=names)
+        assert [n.op_type for n in plain.placement.nodes] == ["MatMul", "Add"]
+        np.testing.assert_allclose(plain.run(None, {"x": X})[0], fused.run(None, {"x": X})[0], rtol=1e-6)
+    ortrt.InferenceSession(data, disabled_optimizers=["MatMulAddFusion"])  # onnxruntime takes it too
+    with pytest.warns(UserWarning, match="NoSuchOptimizer"):
+        ort.InferenceSession(data, disabled_optimizers=["NoSuchOptimizer"])
+    with pytest.warns(UserWarning, match="unknown keyword arguments"):
+        ort.InferenceSession(data, not_an_argument=1)
+    ort.InferenceSession(data, enable_fallback=0)
+    helper.set_model_props(model, {"ort_config": '{"session_options": {"intra_op_num_threads": 1}}'})
+    sess = ort.InferenceSession(model.SerializeToString(), read_config_from_model=1)
+    assert sess.get_session_options().intra_op_num_threads == 1

@@ -29,7 +29,11 @@ from .api import (
 from .capi import onnxruntime_validation
 from .devices import Device, EpDevice, OrtHardwareDeviceType, OrtSyncStream
 from .iobinding import IOBinding
-from .logs import set_default_logger_callback, set_default_logger_severity, set_default_logger_verbosity
+from .logs import (
+    set_default_logger_callback,
+    set_default_logger_severity,
+    set_default_logger_verbosity,
+)
 from .lora import AdapterFormat, LoraAdapter
 from .memory_info import (
     OrtAllocatorType,
@@ -49,6 +53,12 @@ from .model_compiler import (
     OrtEpContextData,
     OrtEpContextDataBuffer,
     OrtExternalInitializerInfo,
+)
+from .model_package import ModelPackage, ModelPackageWriteMode
+from .model_package_selection import (
+    ModelPackageComponentContext,
+    ModelPackageContext,
+    ModelPackageOptions,
 )
 from .options import ProviderOptionWarning
 from .ortvalue import OrtValue, copy_tensors
@@ -102,6 +112,11 @@ __all__ = [
     "AdapterFormat",
     "LoraAdapter",
     "ModelCompiler",
+    "ModelPackage",
+    "ModelPackageComponentContext",
+    "ModelPackageContext",
+    "ModelPackageOptions",
+    "ModelPackageWriteMode",
     "OrtCompileApiFlags",
     "OrtEpContextData",
     "OrtEpContextDataBuffer",

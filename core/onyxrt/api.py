@@ -345,21 +345,10 @@ def is_dlpack_uint8_tensor(capsule: Any) -> bool:
     (onnxruntime asks before deciding between bool and uint8)."""
     import numpy as np
 
+    from .ortvalue import dlpack_importable
+
     try:
-        array = np.from_dlpack(capsule if hasattr(capsule, "__dlpack__") else _CapsuleHolder(capsule))
-    except (TypeError, BufferError, RuntimeError):
+        array = np.from_dlpack(dlpack_importable(capsule))
+    except (TypeError, BufferError, RuntimeError, InvalidArgument):
         return False
     return bool(array.dtype == np.uint8)
-
-
-class _CapsuleHolder:
-    """Lets numpy import a bare DLPack capsule (it takes objects with ``__dlpack__``)."""
-
-    def __init__(self, capsule: Any) -> None:
-        self._capsule = capsule
-
-    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
-        return self._capsule
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)

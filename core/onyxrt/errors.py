@@ -61,6 +61,17 @@ __all__ = [
     "OutOfMemory",
     "ResourceLimitExceeded",
     "RunTerminated",
+    "ModelPackageError",
+    "InvalidPackage",
+    "PackageEntryNotFound",
+    "PackageIOError",
+    "PackageStateError",
+    "PackageContextError",
+    "VariantNotRunnable",
+    "ProviderOptionsNotApplicable",
+    "InvalidAdapter",
+    "AdapterFileNotFound",
+    "InvalidSparseTensor",
     "UnsafeExternalData",
 ]
 
@@ -183,3 +194,57 @@ class ResourceLimitExceeded(OutOfMemory):
 
 class RunTerminated(OnyxError, RuntimeError, Fail):
     """A run was stopped because its ``RunOptions.terminate`` was set."""
+
+
+# -- sparse tensors, LoRA adapters, model packages (onyxrt.sparse, .lora, .model_package) --
+
+
+class ModelPackageError(OnyxError):
+    """Base of the errors model-package code raises."""
+
+
+class InvalidPackage(ModelPackageError, InvalidArgument):
+    """A manifest, component or variant breaks the schema, a path breaks the layout's
+    confinement rules, or an argument is wrong (a ValueError, as onnxruntime raises)."""
+
+
+class PackageEntryNotFound(ModelPackageError, FileNotFoundError):
+    """A named component, variant, shared asset or path is not there (onnxruntime raises
+    FileNotFoundError for all of these)."""
+
+
+class PackageIOError(ModelPackageError, OSError):
+    """A package file or folder could not be read or written."""
+
+
+class PackageStateError(ModelPackageError, RuntimeError):
+    """The operation is not possible in the package's current state (commit without a
+    root, a non-empty destination, a shared asset whose hash does not match)."""
+
+
+class PackageContextError(ModelPackageError, RuntimeError):
+    """A ``ModelPackageContext`` could not open, resolve or select (a RuntimeError, as
+    onnxruntime raises); the cause is chained."""
+
+
+class VariantNotRunnable(ModelPackageError, Fail):
+    """The selected variant cannot become a session (no ``model_file``)."""
+
+
+class ProviderOptionsNotApplicable(ModelPackageError, NotImplementedStatus):
+    """The package gives provider options for a provider that takes none from a package
+    (the built-in CPU provider, as in onnxruntime)."""
+
+
+class InvalidAdapter(InvalidModel, RuntimeError):
+    """An adapter file could not be read: truncated, corrupt, not an adapter, or holding a
+    parameter onnxruntime would refuse. A ``RuntimeError`` too, as onnxruntime raises."""
+
+
+class AdapterFileNotFound(InvalidAdapter, ModelFileNotFound):
+    """The adapter path names no file."""
+
+
+class InvalidSparseTensor(InvalidArgument, RuntimeError):
+    """The arrays given do not make a sparse tensor, or the tensor does not hold what was
+    asked of it. A ``RuntimeError`` too, as onnxruntime raises."""

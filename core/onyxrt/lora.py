@@ -38,7 +38,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .dtypes import np_dtype, onnx_elem_type, type_string
-from .errors import InvalidArgument, InvalidModel, ModelFileNotFound
+from .errors import AdapterFileNotFound, InvalidAdapter, InvalidArgument
 from .ortvalue import OrtValue
 
 __all__ = [
@@ -70,15 +70,6 @@ SUPPORTED_ELEM_TYPES = frozenset({
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _LITTLE_ENDIAN = sys.byteorder == "little"
-
-
-class InvalidAdapter(InvalidModel, RuntimeError):
-    """An adapter file could not be read: truncated, corrupt, not an adapter, or holding a
-    parameter onnxruntime would refuse. A ``RuntimeError`` too, as onnxruntime raises."""
-
-
-class AdapterFileNotFound(InvalidAdapter, ModelFileNotFound):
-    """The adapter path names no file."""
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,14 @@ from .loader import LoadedModel, check_model, load_model, opset_versions
 from .logs import session_logger
 from .memory_info import OrtMemoryInfo
 from .model_saving import save_optimized_model
-from .optimizer import PassContext, optimize
+from .optimizer import (
+    ONNXRUNTIME_OPTIMIZER_NAMES,
+    PASSES,
+    STRUCTURAL_PASSES,
+    PassContext,
+    optimize,
+    passes_named,
+)
 from .options import format_option_value
 from .ortvalue import OrtValue, OrtValueVector, resolve_device_provider
 from .partitioner import Partitioner
@@ -58,6 +65,7 @@ from .placement import FallbackRecord, OrtEpAssignedSubgraph, PlacementReport, a
 from .plan import ExecutionPlan, PlanContext, _Profile, build_plan
 from .profiling import Profiler, ProfileSummary
 from .protocol import ExecutionProvider, KernelRegistryProvider
+from .provider_selection import configured_providers
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
     MAX_COPIES_KEY,
@@ -65,10 +73,8 @@ from .session_options import (
     PIN_NODES_KEY,
     STRICT_PROVIDERS_KEY,
     ExecutionMode,
-    OrtExecutionProviderDevicePolicy,
     RunOptions,
     SessionOptions,
-    policy_device_order,
 )
 from .shape_inference import infer_shapes
 from .status import ModelLoadCanceled
@@ -184,8 +190,7 @@ class InferenceSession:
         provider_options: Sequence[Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
-        if kwargs:
-            raise InvalidArgument(f"InferenceSession got unexpected arguments: {sorted(kwargs)}")
+        self._disabled_passes = self._keyword_arguments(kwargs)
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         opts = self._sess_options
         self._logger = session_logger(opts.logid, opts.log_severity_level)
@@ -201,6 +206,36 @@ class InferenceSession:
         self._limits = limits_from_config(opts.config_entries())
         with run_limits(self._limits):  # kernels built (and constants folded) under it too
             self._create(providers, provider_options)
+
+    def _keyword_arguments(self, kwargs: Mapping[str, Any]) -> frozenset[str]:
+        """onnxruntime's extra keyword arguments: ``disabled_optimizers`` (its transformer
+        names or onyxrt's pass names; the passes to skip), ``read_config_from_model``
+        (as ``ORT_LOAD_CONFIG_FROM_MODEL``) and ``enable_fallback`` (onyxrt never retries
+        on the CPU). Others are ignored with a warning, where onnxruntime ignores them
+        silently."""
+        extra = dict(kwargs)
+        self._read_config_from_model: bool | None = None
+        if "read_config_from_model" in extra:
+            self._read_config_from_model = int(extra.pop("read_config_from_model")) == 1
+        extra.pop("enable_fallback", None)
+        disabled: set[str] = set()
+        names = extra.pop("disabled_optimizers", None)
+        if names:
+            if isinstance(names, str):
+                raise InvalidArgument("disabled_optimizers must be a list of optimizer names, not a string")
+            disabled, unknown = passes_named(names)
+            if unknown:
+                warnings.warn(
+                    f"disabled_optimizers: {unknown} name no optimizer pass of onyxrt (its passes: "
+                    f"{sorted(p.name for p in (*STRUCTURAL_PASSES, *PASSES))}, or onnxruntime's "
+                    f"transformer names {sorted(ONNXRUNTIME_OPTIMIZER_NAMES)}); nothing is disabled for them",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        if extra:
+            warnings.warn(f"InferenceSession ignores the unknown keyword arguments {sorted(extra)}",
+                          UserWarning, stacklevel=3)
+        return frozenset(disabled)
 
     def _configure_threads(self) -> None:
         """The intra-op thread count and, in parallel mode, the inter-op pool, from the
@@ -247,7 +282,8 @@ class InferenceSession:
     def _options_from_model(self, loaded: LoadedModel) -> None:
         """``ORT_LOAD_CONFIG_FROM_MODEL=1``: the model's ``ort_config`` overrides the
         session options (on a copy: the caller's object is not changed)."""
-        if not model_config.wanted():
+        wanted = self._read_config_from_model
+        if not (model_config.wanted() if wanted is None else wanted):
             return
         values, ignored = model_config.session_options_from_model(loaded.proto, loaded.origin)
         for key in ignored:
@@ -293,7 +329,8 @@ class InferenceSession:
         opsets = opset_versions(proto)
         ctx = PassContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets))
         proto = optimize(
-            proto, self._sess_options.graph_optimization_level, lambda m: _infer_shapes(m, self._logger), ctx
+            proto, self._sess_options.graph_optimization_level, lambda m: _infer_shapes(m, self._logger), ctx,
+            self._disabled_passes,
         )
         if self._sess_options.optimized_model_filepath:
             save_optimized_model(proto, ctx.arrays, self._sess_options)
@@ -449,9 +486,7 @@ class InferenceSession:
         if providers is None:
             if provider_options is not None:
                 raise InvalidArgument("provider_options was given without providers")
-            if opts._added_providers:
-                return [(name, dict(options)) for name, options in opts._added_providers]
-            return self._providers_from_devices() if opts.has_providers() else [(CPU_PROVIDER, {})]
+            return [(p.name, p.options) for p in configured_providers(opts)]
         if isinstance(providers, str):
             raise InvalidArgument("providers must be a list, e.g. ['CPUExecutionProvider']")
         if provider_options is not None and len(provider_options) != len(providers):
@@ -474,45 +509,6 @@ class InferenceSession:
             if any(n == name for n, _ in result):
                 raise InvalidArgument(f"provider {name!r} is listed twice")
             result.append((name, options))
-        return result
-
-    def _providers_from_devices(self) -> list[tuple[str, dict[str, Any]]]:
-        opts = self._sess_options
-        result: list[tuple[str, dict[str, Any]]] = []
-        for devices, options in opts._provider_devices:
-            for dev in devices:
-                name = getattr(dev, "ep_name", str(dev))
-                if all(n != name for n, _ in result):
-                    result.append((name, dict(options)))
-        if not result and opts._selection_delegate is not None:
-            result = self._providers_from_delegate()
-        if not result and opts._selection_policy is not None:
-            order = policy_device_order(OrtExecutionProviderDevicePolicy(int(opts._selection_policy)))
-            cat = catalog()
-            for kind in order:
-                for name in cat.available():
-                    if kind in cat.specs[name].device_types and all(n != name for n, _ in result):
-                        result.append((name, {}))
-                        break
-        return result or [(CPU_PROVIDER, {})]
-
-    def _providers_from_delegate(self) -> list[tuple[str, dict[str, Any]]]:
-        """``set_provider_selection_policy_delegate``: the user's function picks among the
-        usable (provider, device) pairs."""
-        from .api import get_ep_devices
-
-        usable = [d for d in get_ep_devices() if d.state == "usable"]
-        chosen = self._sess_options._selection_delegate(usable, {}, {}, len(usable))
-        result: list[tuple[str, dict[str, Any]]] = []
-        for dev in chosen or ():
-            name = getattr(dev, "ep_name", None)
-            if not isinstance(name, str):
-                raise InvalidArgument(
-                    f"the provider selection delegate must return OrtEpDevice objects from the list "
-                    f"it was given, got {type(dev).__name__}"
-                )
-            if all(n != name for n, _ in result):
-                result.append((name, {}))
         return result
 
     def _instantiate(

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import onnx_elem_type, type_string
-from .errors import InvalidArgument, ProviderUnavailable
+from .errors import InvalidArgument, InvalidSparseTensor, ProviderUnavailable
 from .limits import check_allocation
 from .memory_info import OrtDevice
 from .ortvalue import OrtValue
@@ -58,11 +58,6 @@ class OrtSparseFormat(enum.IntEnum):
 
     def __str__(self) -> str:
         return f"OrtSparseFormat.{self.name}"  # as onnxruntime prints it
-
-
-class InvalidSparseTensor(InvalidArgument, RuntimeError):
-    """The arrays given do not make a sparse tensor, or the tensor does not hold what was
-    asked of it. A ``RuntimeError`` too, as onnxruntime raises."""
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

@@ -44,7 +44,11 @@ from ..devices import EpDevice as OrtEpDevice
 from ..devices import OrtHardwareDeviceType, OrtSyncStream
 from ..errors import InvalidArgument, InvalidGraph
 from ..iobinding import IOBinding as SessionIOBinding
-from ..logs import set_default_logger_severity, set_default_logger_verbosity
+from ..logs import (
+    set_default_logger_callback,
+    set_default_logger_severity,
+    set_default_logger_verbosity,
+)
 from ..lora import AdapterFormat, LoraAdapter
 from ..memory_info import (
     ArenaExtendStrategy,
@@ -65,6 +69,12 @@ from ..model_compiler import (
     OrtEpContextDataBuffer,
     OrtExternalInitializerInfo,
 )
+from ..model_package import ModelPackage, ModelPackageWriteMode
+from ..model_package_selection import (
+    ModelPackageComponentContext,
+    ModelPackageContext,
+    ModelPackageOptions,
+)
 from ..ortvalue import OrtValue, OrtValueVector, copy_tensors
 from ..placement import OrtEpAssignedNode, OrtEpAssignedSubgraph
 from ..seeding import set_seed
@@ -77,7 +87,13 @@ from ..session_options import (
     RunOptions,
     SessionOptions,
 )
-from ..sparse import OrtSparseFormat, SparseBlockSparseView, SparseCooView, SparseCsrView, SparseTensor
+from ..sparse import (
+    OrtSparseFormat,
+    SparseBlockSparseView,
+    SparseCooView,
+    SparseCsrView,
+    SparseTensor,
+)
 from ..status import (
     DeviceReset,
     EngineError,
@@ -128,7 +144,8 @@ __all__ = [
     "AdapterFormat", "ArenaExtendStrategy", "DeviceReset", "EPFail", "EngineError", "ExecutionMode",
     "ExecutionOrder", "Fail", "GraphOptimizationLevel", "InferenceSession", "InvalidArgument",
     "InvalidGraph", "InvalidProtobuf", "LoraAdapter", "ModelCompiler", "ModelLoadCanceled",
-    "ModelLoaded", "ModelMetadata", "ModelRequiresCompilation", "NoModel", "NoSuchFile", "NodeArg",
+    "ModelLoaded", "ModelMetadata", "ModelPackage", "ModelPackageComponentContext", "ModelPackageContext",
+    "ModelPackageOptions", "ModelPackageWriteMode", "ModelRequiresCompilation", "NoModel", "NoSuchFile", "NodeArg",
     "NotFound", "NotImplemented", "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags",
     "OrtCompiledModelCompatibility", "OrtDevice", "OrtDeviceEpIncompatibilityReason",
     "OrtDeviceMemoryType", "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "OrtEpContextData",
@@ -146,6 +163,6 @@ __all__ = [
     "get_model_compatibility_for_ep_devices", "get_registered_ep_kernel_defs",
     "get_session_initializer", "get_version_string", "has_collective_ops", "is_dlpack_uint8_tensor",
     "kNextPowerOfTwo", "kSameAsRequested", "opkernel", "register_execution_provider_library",
-    "schemadef", "set_default_logger_severity", "set_default_logger_verbosity",
+    "schemadef", "set_default_logger_callback", "set_default_logger_severity", "set_default_logger_verbosity",
     "set_global_thread_pool_sizes", "set_seed", "unregister_execution_provider_library",
 ]

@@ -162,8 +162,10 @@ _NOTES: dict[str, tuple[str, str]] = {
     "contextlib": ("not API", "a module onnxruntime's `__init__` imports"),
     # -- InferenceSession ---------------------------------------------------------------
     "InferenceSession": ("better", "also takes an `onnx.ModelProto`; a requested provider that cannot be used is "
-                         "a `ProviderFallbackWarning` saying why (an error in strict mode); `placement`, "
-                         "`fallbacks`, `memory_stats()`, `profile_summary()` added"),
+                         "a `ProviderFallbackWarning` saying why (an error in strict mode); onnxruntime's "
+                         "keyword arguments (`disabled_optimizers` by its transformer names, "
+                         "`read_config_from_model`); `placement`, `fallbacks`, `memory_stats()`, "
+                         "`profile_summary()` added"),
     "InferenceSession.run": ("better", "same results and errors (typed, naming the input); string inputs also "
                              "take bytes, `np.void` and object arrays; an out-of-range int list is an "
                              "`InvalidInput`, not a bare `OverflowError`"),

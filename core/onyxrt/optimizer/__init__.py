@@ -27,7 +27,7 @@ can run them (:class:`PassContext`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 
 import onnx
@@ -43,7 +43,7 @@ from .transformer_fusions import fuse_gelu, fuse_layer_norm
 
 __all__ = [
     "optimize", "Pass", "PASSES", "STRUCTURAL_PASSES", "PassContext", "FUSED_DOMAIN",
-    "FUSED_DOMAIN_VERSION",
+    "FUSED_DOMAIN_VERSION", "ONNXRUNTIME_OPTIMIZER_NAMES", "passes_named",
 ]
 
 
@@ -84,13 +84,55 @@ PASSES: tuple[Pass, ...] = (
 )
 
 
+#: onnxruntime's names of its graph transformers (``InferenceSession(...,
+#: disabled_optimizers=[...])``) → the passes here that do that work. Names onnxruntime has
+#: and onyxrt has no pass for disable nothing.
+ONNXRUNTIME_OPTIMIZER_NAMES: dict[str, tuple[str, ...]] = {
+    "ConstantFolding": ("fold_constant_nodes", "fold_constants"),
+    "EliminateIdentity": ("eliminate_identities",),
+    "EliminateDropout": ("eliminate_identities",),
+    "CastElimination": ("fold_casts",),
+    "ConvBNFusion": ("fold_batch_norm_into_conv",),
+    "LayerNormFusion": ("fuse_layer_norm",),
+    "SimplifiedLayerNormFusion": ("fuse_layer_norm",),
+    "GeluFusion": ("fuse_gelu",),
+    "BiasGeluFusion": ("fuse_gelu",),
+    "FastGeluFusion": ("fuse_gelu",),
+    "MatMulAddFusion": ("fuse_matmul",),
+    "MatMulScaleFusion": ("fuse_matmul",),
+    "TransposeMatMulFusion": ("fuse_matmul",),
+    "GemmActivationFusion": ("fuse_matmul",),
+    "ConvActivationFusion": ("fuse_conv_activation",),
+    "ConvAddActivationFusion": ("fuse_conv_activation",),
+    "NchwcTransformer": ("convert_to_nchwc",),
+}
+
+
+def passes_named(names: Iterable[str]) -> tuple[set[str], list[str]]:
+    """The passes ``names`` stand for (onyxrt's pass names, or onnxruntime's transformer
+    names), and the names that match nothing here."""
+    own = {p.name for p in (*STRUCTURAL_PASSES, *PASSES)}
+    found: set[str] = set()
+    unknown: list[str] = []
+    for name in names:
+        if name in own:
+            found.add(name)
+        elif name in ONNXRUNTIME_OPTIMIZER_NAMES:
+            found.update(ONNXRUNTIME_OPTIMIZER_NAMES[name])
+        else:
+            unknown.append(name)
+    return found, unknown
+
+
 def optimize(
     model: onnx.ModelProto,
     level: GraphOptimizationLevel,
     infer_shapes: Callable[[onnx.ModelProto], onnx.ModelProto],
     ctx: PassContext | None = None,
+    disabled: Set[str] = frozenset(),
 ) -> onnx.ModelProto:
-    """Apply every pass enabled at ``level``; returns the shape-inferred result.
+    """Apply every pass enabled at ``level`` and not named in ``disabled``; returns the
+    shape-inferred result.
 
     ``infer_shapes`` runs once, between the structural passes and the others, whose
     rewrites keep the inferred types of the values they keep (fused nodes write the
@@ -98,10 +140,10 @@ def optimize(
     """
     ctx = ctx or PassContext()
     for p in STRUCTURAL_PASSES:
-        if level >= p.level:
+        if level >= p.level and p.name not in disabled:
             model = p.run(model, ctx)
     model = infer_shapes(model)
     for p in PASSES:
-        if level >= p.level:
+        if level >= p.level and p.name not in disabled:
             model = p.run(model, ctx)
     return model

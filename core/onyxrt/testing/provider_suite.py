@@ -133,7 +133,6 @@ class ProviderConformance:
         import pytest
 
         from onyxrt.errors import InvalidProviderOption
-
         from onyxrt.options import ProviderOptionWarning
 
         schema = self._catalog().provider_class(self.provider).option_schema

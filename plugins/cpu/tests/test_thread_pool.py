@@ -251,8 +251,14 @@ def test_many_python_threads_share_the_pool(pool):
                     np.testing.assert_array_equal(got, expected)
         return True
 
+    _in_four_threads(worker)
+
+
+def _in_four_threads(worker) -> None:
+    """``worker(i)`` for i in 0..3 on four Python threads at once; each must return True
+    within 120 s (a deadlocked pool fails the test instead of hanging it)."""
     with concurrent.futures.ThreadPoolExecutor(4) as executor:
-        futures = [executor.submit(worker, s) for s in range(4)]
+        futures = [executor.submit(worker, i) for i in range(4)]
         done, not_done = concurrent.futures.wait(futures, timeout=120)
     assert not not_done, "a thread did not finish within 120 s: the pool deadlocked"
     assert all(f.result() for f in done)
@@ -274,11 +280,7 @@ def test_float32_and_float64_products_at_once(pool):
             _assert_gemm_right(x @ y, a, b)
         return True
 
-    with concurrent.futures.ThreadPoolExecutor(4) as executor:
-        futures = [executor.submit(worker, i) for i in range(4)]
-        done, not_done = concurrent.futures.wait(futures, timeout=120)
-    assert not not_done, "a thread did not finish within 120 s: the pool deadlocked"
-    assert all(f.result() for f in done)
+    _in_four_threads(worker)
 
 
 def test_workers_late_or_asleep_never_lose_or_repeat_work(pool):
