@@ -4,6 +4,7 @@ introspection functions of ``onnxruntime.capi``."""
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import importlib
 import importlib.util
@@ -63,14 +64,13 @@ def get_all_providers() -> list[str]:
 
 
 def get_device() -> str:
-    """``"GPU"`` when a usable provider drives a GPU, ``"NPU"`` for an NPU, else ``"CPU"``."""
+    """``"GPU"`` when a usable provider drives a GPU, else ``"CPU"`` — onnxruntime's two
+    answers — followed by ``"-NPU"`` when an NPU provider is usable too
+    (``"CPU-NPU"``), as onnxruntime appends its accelerators (``"GPU-DML"``)."""
     cat = catalog()
     kinds = {t for name in cat.available() for t in cat.specs[name].device_types}
-    if "gpu" in kinds:
-        return "GPU"
-    if "npu" in kinds:
-        return "NPU"
-    return "CPU"
+    device = "GPU" if "gpu" in kinds else "CPU"
+    return device + "-NPU" if "npu" in kinds else device
 
 
 def get_ep_devices() -> list[EpDevice]:
@@ -112,10 +112,11 @@ def get_version_string() -> str:
 
 
 def get_build_info() -> str:
-    """A one-line description of the installed core and providers."""
+    """A one-line description of the installed core and providers, in onnxruntime's
+    form (``"onyxrt Build Info: version=..., providers: ..."``)."""
     cat = catalog()
     parts = [f"{n} ({cat.specs[n].package} {cat.specs[n].package_version})" for n in cat.names()]
-    return f"onyxrt {get_version_string()}; providers: " + ", ".join(parts)
+    return f"onyxrt Build Info: version={get_version_string()}, providers: " + ", ".join(parts)
 
 
 def get_hardware_devices() -> list[Device]:
@@ -342,13 +343,45 @@ def get_hardware_device_ep_incompatibility_details(ep_name: str, hardware_device
 
 def is_dlpack_uint8_tensor(capsule: Any) -> bool:
     """Whether a DLPack capsule (or an object exporting ``__dlpack__``) holds uint8 data
-    (onnxruntime asks before deciding between bool and uint8)."""
-    import numpy as np
+    (onnxruntime asks before deciding between bool and uint8). The capsule is only read:
+    it can still be imported afterwards."""
+    if hasattr(capsule, "__dlpack__"):
+        capsule = capsule.__dlpack__()
+    dtype = _dlpack_dtype(capsule)
+    return dtype == (1, 8, 1)  # kDLUInt, 8 bits, 1 lane
 
-    from .ortvalue import dlpack_importable
 
-    try:
-        array = np.from_dlpack(dlpack_importable(capsule))
-    except (TypeError, BufferError, RuntimeError, InvalidArgument):
-        return False
-    return bool(array.dtype == np.uint8)
+# DLPack's C structs, as far as the element type: DLManagedTensor (and the versioned
+# DLManagedTensorVersioned of DLPack 1.x) start with a DLTensor, or version/context/deleter/
+# flags before it; DLTensor is data, device (2 x int32), ndim (int32), then the dtype
+# (code uint8, bits uint8, lanes uint16).
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("dtype", _DLDataType)]
+
+
+_VERSIONED_PREFIX = 8 + 3 * ctypes.sizeof(ctypes.c_void_p) + 8  # version, ctx, deleter, flags
+
+
+def _dlpack_dtype(capsule: Any) -> tuple[int, int, int] | None:
+    """(code, bits, lanes) of the tensor in a DLPack capsule, read in place; None when it
+    is not an unconsumed DLPack capsule."""
+    api = ctypes.pythonapi
+    api.PyCapsule_IsValid.restype = ctypes.c_int
+    api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    for name, offset in ((b"dltensor", 0), (b"dltensor_versioned", _VERSIONED_PREFIX)):
+        try:
+            valid = api.PyCapsule_IsValid(capsule, name)
+        except ctypes.ArgumentError:
+            return None
+        if valid:
+            pointer = api.PyCapsule_GetPointer(capsule, name)
+            tensor = _DLTensor.from_address(pointer + offset)
+            return (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+    return None

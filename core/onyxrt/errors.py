@@ -23,6 +23,7 @@ KernelError, OutOfMemory   RuntimeException
 RunTerminated              Fail
 PartitionError             Fail
 CompileError               Fail
+InvalidSetting             RuntimeError (as onnxruntime raises)
 ConfigEntryNotFound        RuntimeError (as onnxruntime raises)
 =========================  ==============================================
 """
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidInput",
     "InvalidProviderOption",
+    "InvalidSetting",
     "ConfigEntryNotFound",
     "NotImplementedOp",
     "ProviderError",
@@ -114,9 +116,14 @@ class InvalidProviderOption(InvalidArgument):
     """A provider option is unknown or its value is outside what the provider accepts."""
 
 
-class ConfigEntryNotFound(InvalidArgument, RuntimeError):
-    """A session or run config entry that was never set was asked for (a RuntimeError, as
-    onnxruntime raises, and an InvalidArgument, as onyxrt raised before)."""
+class InvalidSetting(InvalidArgument, RuntimeError):
+    """A setting onnxruntime checks in its native layer is missing or out of range (a
+    logger severity, a config entry, a value of the model's ``ort_config``): a
+    RuntimeError, as onnxruntime raises, and an InvalidArgument."""
+
+
+class ConfigEntryNotFound(InvalidSetting):
+    """A session or run config entry that was never set was asked for."""
 
 
 class NotImplementedOp(OnyxError, NotImplementedError, NotImplementedStatus):

@@ -46,6 +46,11 @@ class IOBinding:
         self._outputs: dict[str, _OutputBinding] = {}
         self._results: list[OrtValue] = []
 
+    @property
+    def _iobinding(self) -> IOBinding:
+        """onnxruntime's private native binding (``binding._iobinding``): this binding."""
+        return self
+
     # -- inputs ------------------------------------------------------------------------
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
         """Bind a host numpy array to input ``name`` (no copy)."""

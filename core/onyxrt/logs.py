@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .errors import InvalidSetting
+
 __all__ = [
     "SEVERITY_TO_LEVEL",
     "set_default_logger_severity",
@@ -101,9 +103,11 @@ def set_default_logger_callback(callback: LoggerCallback | None, severity: int =
     code that logged."""
     global _callback
     if severity not in SEVERITY_TO_LEVEL:
-        raise ValueError(f"severity must be 0..4, got {severity!r}")
+        raise InvalidSetting(f"set_default_logger_callback: severity must be 0..4, got {severity!r}")
     if callback is not None and not callable(callback):
-        raise TypeError(f"set_default_logger_callback takes a callable or None, got {type(callback).__name__}")
+        raise InvalidSetting(
+            f"set_default_logger_callback takes a callable or None, got {type(callback).__name__}"
+        )
     _callback = callback
     if callback is not None:
         set_default_logger_severity(severity)
@@ -115,8 +119,14 @@ def default_severity() -> int:
 
 
 def session_logger(logid: str, severity: int) -> logging.Logger:
-    """A logger for one session; not registered globally, so it dies with the session."""
+    """A logger for one session; not registered globally, so it dies with the session.
+    Severity -1 (the default) follows the package's severity, also when it changes later;
+    0..4 fix the session's own."""
     logger = logging.Logger(f"onyxrt.session[{logid}]" if logid else "onyxrt.session")
+    if severity < 0:
+        logger.parent = _package_logger  # its level and handler, read at each record
+        return logger
     logger.setLevel(SEVERITY_TO_LEVEL.get(severity, logging.WARNING))
     logger.addHandler(_handler)
+    logger.propagate = False
     return logger

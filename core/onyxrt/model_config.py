@@ -5,10 +5,10 @@ With the environment variable ``ORT_LOAD_CONFIG_FROM_MODEL=1``, a model's metada
 "execution_mode": 1}}`` — overrides the session options it is created with. The keys
 onnxruntime reads are read here, with its value ranges: ``intra_op_num_threads``,
 ``inter_op_num_threads`` (ints >= 0), ``execution_mode`` (0 sequential, 1 parallel),
-``graph_optimization_level`` (0 disable all, 1 basic, 2 extended, 3 all) and
-``enable_profiling`` (0/1). Other keys are ignored, as onnxruntime ignores them (onyxrt
-logs them). Bad JSON or a bad value is an :class:`~onyxrt.errors.InvalidArgument` naming
-the key.
+``graph_optimization_level`` (``GraphOptimizationLevel`` values: 0, 1, 2, 3 layout, 99
+all) and ``enable_profiling`` (0/1). Other keys are ignored, as onnxruntime ignores them (onyxrt
+logs them). Bad JSON or a bad value is an :class:`~onyxrt.errors.InvalidSetting` naming
+the key (a RuntimeError too, as onnxruntime raises).
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from typing import Any
 
 import onnx
 
-from .errors import InvalidArgument
+from .errors import InvalidSetting
 
 __all__ = ["LOAD_CONFIG_ENV_VAR", "CONFIG_KEY", "wanted", "session_options_from_model"]
 
 LOAD_CONFIG_ENV_VAR = "ORT_LOAD_CONFIG_FROM_MODEL"
 CONFIG_KEY = "ort_config"
 
-# onnxruntime's graph_optimization_level numbers in ort_config (0..3) → SessionOptions'.
-_LEVELS = {0: 0, 1: 1, 2: 2, 3: 99}
+# graph_optimization_level in ort_config: GraphOptimizationLevel's values (onnxruntime
+# 1.32 reads them so; 4..98 are refused).
+_LEVELS = {0: 0, 1: 1, 2: 2, 3: 3, 99: 99}
 
 
 def wanted() -> bool:
@@ -35,7 +36,7 @@ def wanted() -> bool:
     "0" do not, anything else is an error (as in onnxruntime)."""
     flag = os.environ.get(LOAD_CONFIG_ENV_VAR, "")
     if flag not in ("", "0", "1"):
-        raise InvalidArgument(
+        raise InvalidSetting(
             f"the only supported values for the environment variable {LOAD_CONFIG_ENV_VAR} "
             f"are '0' and '1', got {flag!r}"
         )
@@ -51,12 +52,12 @@ def session_options_from_model(model: onnx.ModelProto, origin: str) -> tuple[dic
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{origin}: the metadata entry {CONFIG_KEY!r} is not valid JSON: {exc}") from None
+        raise InvalidSetting(f"{origin}: the metadata entry {CONFIG_KEY!r} is not valid JSON: {exc}") from None
     section = config.get("session_options") if isinstance(config, dict) else None
     if section is None:
         return {}, []
     if not isinstance(section, dict):
-        raise InvalidArgument(f"{origin}: {CONFIG_KEY}.session_options must be a JSON object")
+        raise InvalidSetting(f"{origin}: {CONFIG_KEY}.session_options must be a JSON object")
     values: dict[str, Any] = {}
     ignored: list[str] = []
     for raw_key, value in section.items():
@@ -66,16 +67,16 @@ def session_options_from_model(model: onnx.ModelProto, origin: str) -> tuple[dic
             ignored.append(raw_key)
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgument(f"{origin}: {key} option in the model's {CONFIG_KEY} must be an integer, got {value!r}")
+            raise InvalidSetting(f"{origin}: {key} option in the model's {CONFIG_KEY} must be an integer, got {value!r}")
         if key.endswith("_num_threads") and value < 0:
-            raise InvalidArgument(f"{origin}: unsupported value for {key} in the model's {CONFIG_KEY}: {value}")
+            raise InvalidSetting(f"{origin}: unsupported value for {key} in the model's {CONFIG_KEY}: {value}")
         if key in ("execution_mode", "enable_profiling") and value not in (0, 1):
-            raise InvalidArgument(f"{origin}: unsupported value for {key} in the model's {CONFIG_KEY}: {value}")
+            raise InvalidSetting(f"{origin}: unsupported value for {key} in the model's {CONFIG_KEY}: {value}")
         if key == "graph_optimization_level":
             if value not in _LEVELS:
-                raise InvalidArgument(
+                raise InvalidSetting(
                     f"{origin}: unsupported graph_optimization_level in the model's {CONFIG_KEY}: "
-                    f"{value} (0..3)"
+                    f"{value} (0, 1, 2, 3 or 99)"
                 )
             value = _LEVELS[value]
         values[key] = bool(value) if key == "enable_profiling" else value

@@ -200,6 +200,15 @@ class OrtValue:
         provider = _dlpack_provider(int(kind), int(device_id))
         return OrtValue(provider.from_dlpack(data), provider)
 
+    # onnxruntime's private native handle, which third-party code reaches for
+    # (``value._ortvalue``, ``value._get_c_value()``): the value itself.
+    @property
+    def _ortvalue(self) -> OrtValue:
+        return self
+
+    def _get_c_value(self) -> OrtValue:
+        return self
+
     # -- inspection --------------------------------------------------------------------
     @property
     def provider(self) -> ExecutionProvider | None:

@@ -355,6 +355,7 @@ class InferenceSession:
             if vi.HasField("type"):
                 self._declared[vi.name] = onnx.TypeProto()
                 self._declared[vi.name].CopyFrom(vi.type)
+        self._sparse_outputs = _sparse_outputs(proto.graph)
         self._declared_dim_names = frozenset(
             d.dim_param
             for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
@@ -603,7 +604,14 @@ class InferenceSession:
         or empty) as numpy arrays, in the order requested."""
         names = self._output_names(output_names)
         feeds = self._check_feeds(_with_adapters(input_feed, run_options))
-        return self._execute(feeds, names, run_options, None)
+        return self._as_declared(names, self._execute(feeds, names, run_options, None))
+
+    def _as_declared(self, names: list[str], outputs: list[Any]) -> list[Any]:
+        """Outputs the model declares sparse (a sparse initializer it outputs) as
+        :class:`~onyxrt.SparseTensor`, as onnxruntime returns them."""
+        if not self._sparse_outputs:
+            return outputs
+        return [self._sparse_outputs.get(n, v) for n, v in zip(names, outputs)]
 
     def run_async(
         self,
@@ -677,7 +685,7 @@ class InferenceSession:
         """Run with ``OrtValue`` inputs; return ``OrtValue`` outputs."""
         names = self._output_names(output_names)
         feeds = self._check_feeds(_with_adapters(input_dict_ort_values, run_options))
-        return [OrtValue(v) for v in self._execute(feeds, names, run_options, None)]
+        return [OrtValue(v) for v in self._as_declared(names, self._execute(feeds, names, run_options, None))]
 
     def run_with_ortvaluevector(
         self,
@@ -954,6 +962,12 @@ class InferenceSession:
             self.__dict__.update(previous)
             raise
 
+    @property
+    def _sess(self) -> InferenceSession:
+        """onnxruntime's private native session, which third-party code reaches for
+        (``sess._sess.run_with_iobinding(...)``): the session itself."""
+        return self
+
     def get_session_options(self) -> SessionOptions:
         """The options the session was created with."""
         return self._sess_options
@@ -1017,6 +1031,24 @@ class InferenceSession:
 #: onnxruntime's ModelMetadata.version for a model that sets no model_version (INT64_MAX).
 _UNSET_MODEL_VERSION = 2**63 - 1
 _ASYNC_POOL_LOCK = threading.Lock()
+
+
+def _sparse_outputs(graph: onnx.GraphProto) -> dict[str, Any]:
+    """Graph outputs declared sparse that are sparse initializers, as SparseTensors (COO)."""
+    declared = {vi.name for vi in graph.output if vi.type.HasField("sparse_tensor_type")}
+    result: dict[str, Any] = {}
+    for st in graph.sparse_initializer:
+        if st.values.name not in declared:
+            continue
+        from .sparse import SparseTensor
+
+        values = onnx.numpy_helper.to_array(st.values)
+        indices = onnx.numpy_helper.to_array(st.indices).astype(np.int64)
+        dims = [int(d) for d in st.dims]
+        if indices.ndim == 2 and len(dims) != 2:  # per-axis coordinates → linear indices
+            indices = np.ravel_multi_index(tuple(indices.T), dims).astype(np.int64)
+        result[st.values.name] = SparseTensor.sparse_coo_from_numpy(dims, values, indices, None)
+    return result
 
 
 def _with_adapters(feeds: Mapping[str, Any], run_options: RunOptions | None) -> Mapping[str, Any]:

@@ -97,7 +97,9 @@ class SessionOptions:
         self.enable_profiling = False
         self.profile_file_prefix = "onyxrt_profile"
         self.optimized_model_filepath = ""
-        self.log_severity_level = 2
+        # -1 (onnxruntime's default): follow the default logger's severity
+        # (set_default_logger_severity / set_default_logger_callback).
+        self.log_severity_level = -1
         self.log_verbosity_level = 0
         self.logid = ""
         self.enable_cpu_mem_arena = True
@@ -134,9 +136,11 @@ class SessionOptions:
         elif name in ("intra_op_num_threads", "inter_op_num_threads"):
             value = _check_int(name, value)
         elif name == "log_severity_level":
-            value = _check_int(name, value)
+            value = _check_int(name, value, -1)
             if value > 4:
-                raise InvalidArgument("SessionOptions.log_severity_level must be 0 (verbose) .. 4 (fatal)")
+                raise InvalidArgument(
+                    "SessionOptions.log_severity_level must be -1 (the default logger's) or 0 (verbose) .. 4 (fatal)"
+                )
         object.__setattr__(self, name, value)
 
     # -- config entries ----------------------------------------------------------------
@@ -151,7 +155,7 @@ class SessionOptions:
         try:
             return self._config[key]
         except KeyError:
-            raise ConfigEntryNotFound(f"SessionOptions does not have configuration with key: {key!r}") from None
+            raise ConfigEntryNotFound(f"SessionOptions does not have configuration with key: {key}") from None
 
     def config_entries(self) -> Mapping[str, str]:
         """All config entries set on these options."""
@@ -286,7 +290,7 @@ class RunOptions:
     runs using these options (they raise :class:`~onyxrt.errors.RunTerminated`)."""
 
     def __init__(self) -> None:
-        self.log_severity_level = 2
+        self.log_severity_level = -1  # the session's severity (onnxruntime's default)
         self.log_verbosity_level = 0
         self.logid = ""
         self.terminate = False
@@ -305,7 +309,7 @@ class RunOptions:
         try:
             return self._config[key]
         except KeyError:
-            raise ConfigEntryNotFound(f"RunOptions does not have configuration with key: {key!r}") from None
+            raise ConfigEntryNotFound(f"RunOptions does not have configuration with key: {key}") from None
 
     def add_active_adapter(self, adapter: Any) -> None:
         """Run with a LoRA adapter (:class:`onyxrt.LoraAdapter`): its parameters feed the

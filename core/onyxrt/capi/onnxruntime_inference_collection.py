@@ -48,8 +48,15 @@ def check_and_normalize_provider_args(
 
     if providers is None:
         return [], []
-    if provider_options is not None and len(provider_options) != len(providers):
-        raise InvalidArgument("'providers' and 'provider_options' should be the same length if both are given")
+    if not isinstance(providers, Sequence) or isinstance(providers, str):
+        raise InvalidArgument("'providers' should be a sequence.")
+    if provider_options is not None:
+        if not isinstance(provider_options, Sequence) or isinstance(provider_options, str):
+            raise InvalidArgument("'provider_options' should be a sequence.")
+        if len(provider_options) != len(providers):
+            raise InvalidArgument("'providers' and 'provider_options' should be the same length if both are given")
+        if not all(isinstance(o, Mapping) for o in provider_options):
+            raise InvalidArgument("Each element of 'provider_options' should be a dict.")
     names: list[str] = []
     options: list[dict[str, str]] = []
     for i, entry in enumerate(providers):

@@ -111,7 +111,7 @@ SessionOptions.set_provider_selection_policy_delegate SessionOptions.use_per_ses
 SparseTensor SparseTensor.as_blocksparse_view SparseTensor.as_coo_view SparseTensor.as_csrc_view
 SparseTensor.data_type SparseTensor.dense_shape SparseTensor.device_name SparseTensor.format
 SparseTensor.sparse_coo_from_numpy SparseTensor.sparse_csr_from_numpy SparseTensor.values
-copy_tensors create_and_register_allocator_v2 get_available_providers get_device
+copy_tensors create_and_register_allocator_v2 get_available_providers
 has_collective_ops import_capi_exception onnxruntime_validation set_default_logger_severity
 set_global_thread_pool_sizes set_seed
 capi capi.ArenaExtendStrategy capi.ArenaExtendStrategy.kNextPowerOfTwo
@@ -143,7 +143,9 @@ _NOTES: dict[str, tuple[str, str]] = {
     "get_all_providers": ("differs", "the providers installed here (onnxruntime lists every provider any of its builds knows); "
                           "`get_ep_devices()` / `onyxrt providers` say why one is not usable"),
     "get_ep_devices": ("better", "also lists providers that are installed but unusable, with `state` and `reason`"),
-    "get_build_info": ("differs", "onyxrt's version and each installed provider package with its version"),
+    "get_build_info": ("differs", "'onyxrt Build Info: version=..., providers: ...' (each installed provider "
+                       "package with its version)"),
+    "get_device": ("same", "'CPU' or 'GPU', with '-NPU' appended when an NPU provider is usable ('CPU-NPU')"),
     "get_version_string": ("differs", "onyxrt's version; under `onyxrt.compat` the onnxruntime API version onyxrt mirrors"),
     "version": ("differs", "onyxrt's version; under `onyxrt.compat` the onnxruntime API version onyxrt mirrors"),
     "package_name": ("differs", "`'onyxrt'`; `'onnxruntime'` under `onyxrt.compat`"),
@@ -168,7 +170,8 @@ _NOTES: dict[str, tuple[str, str]] = {
                          "`profile_summary()` added"),
     "InferenceSession.run": ("better", "same results and errors (typed, naming the input); string inputs also "
                              "take bytes, `np.void` and object arrays; an out-of-range int list is an "
-                             "`InvalidInput`, not a bare `OverflowError`"),
+                             "`InvalidInput`, not a bare `OverflowError`; outputs are the kernels' own arrays "
+                             "(no copy), sparse outputs `SparseTensor`s"),
     "InferenceSession.get_inputs": ("better", "dimension names the model declares are kept (`unk__214`); "
                                     "sequence/map/optional types spelled as onnxruntime spells them"),
     "InferenceSession.get_outputs": ("better", "as `get_inputs`"),
