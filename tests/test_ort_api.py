@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -432,10 +433,11 @@ def test_the_profile_has_one_event_per_line_like_onnxruntimes(tmp_path):
     sess = ort.InferenceSession(_relu_neg().SerializeToString(), so)
     sess.run(None, {"x": np.ones(2, np.float32)})
     path = sess.end_profiling()
-    lines = open(path, encoding="utf-8").read().splitlines()
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.splitlines()
     assert lines[0] == "[" and lines[-1] == "]"
     events = [json.loads(line.rstrip(",")) for line in lines[1:-1]]
-    assert events == json.load(open(path, encoding="utf-8"))
+    assert events == json.loads(text)
     assert {e["cat"] for e in events} >= {"Session", "Node"} and all(e["ph"] == "X" for e in events)
 
 
@@ -485,7 +487,7 @@ def test_arena_cfg_takes_onnxruntimes_forms_and_names_a_bad_key():
 def test_ep_devices_have_memory_infos_streams_and_hardware_types():
     cpu = next(d for d in ort.get_ep_devices() if d.ep_name == CPU)
     assert cpu.device.type == "cpu" and cpu.device.type == ort.OrtHardwareDeviceType.CPU
-    assert ort.OrtHardwareDeviceType.CPU == cpu.device.type and cpu.device.type != ort.OrtHardwareDeviceType.GPU
+    assert cpu.device.type == ort.OrtHardwareDeviceType.CPU and cpu.device.type != ort.OrtHardwareDeviceType.GPU
     assert cpu.memory_info(ort.OrtDeviceMemoryType.DEFAULT).name == "Cpu"
     assert cpu.create_sync_stream().get_handle() == 0
     theirs = next(d for d in ortrt.get_ep_devices() if d.ep_name == CPU)

@@ -18,7 +18,6 @@ from .kernels import registry
 from .malloc_tuning import ENV_VAR as MALLOC_ENV_VAR
 from .malloc_tuning import tune_malloc
 
-
 _NO_ARENA = ("the CPU provider keeps no arena: numpy allocates its buffers, and large ones are "
              "reused through the C heap (onyxrt_cpu/malloc_tuning.py)")
 

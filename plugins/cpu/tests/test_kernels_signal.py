@@ -146,6 +146,31 @@ def test_stft_float64():
     np.testing.assert_allclose(got[0, 2, :, 0] + 1j * got[0, 2, :, 1], want, atol=1e-12)
 
 
+def test_stft_takes_a_real_signal_without_its_trailing_axis():
+    # [batch, length]: not the spec's rank 3, but onnxruntime runs it, and exported audio
+    # front ends (onnx-asr's preprocessors) feed it so. Same result as [batch, length, 1].
+    x = randn((2, 64), seed=9)
+    node = one_node("STFT", ["in0", "in1", "in2"], 1)
+    window = np.hanning(16).astype(np.float32)
+    got = run_ours(node, 17, x, np.array(8), window)[0]
+    want = run_ours(node, 17, x[..., None], np.array(8), window)[0]
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == (2, 7, 9, 2)
+    ortrt = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("STFT", ["signal", "step", "window"], ["out"])], "stft",
+        [helper.make_tensor_value_info("signal", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(8, np.int64), "step"), numpy_helper.from_array(window, "window")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    theirs = ortrt.InferenceSession(model.SerializeToString()).run(None, {"signal": x})[0]
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="rank 3"):
+        run_ours(node, 17, randn((64,), seed=1), np.array(8), window)
+
+
 def test_stft_window_length_mismatch():
     node = one_node("STFT", 4, 1)
     with pytest.raises(ValueError, match="window"):

@@ -19,8 +19,8 @@ import numpy as np
 from onyxrt.dtypes import FLOAT_TYPES, np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
-from onyxrt.seeding import default_seed
 from onyxrt.limits import check_allocation, output_of
+from onyxrt.seeding import default_seed
 
 from . import registry
 

@@ -128,8 +128,13 @@ class STFT(Kernel):
     def compute(self, signal, frame_step, window=None, frame_length=None):
         op = self.info.op_type
         x = np.asarray(signal)
+        if x.ndim == 2:
+            # [batch, length]: a real signal without its trailing axis. The spec asks for
+            # rank 3, but onnxruntime takes this and exported audio front ends rely on it.
+            x = x[..., None]
         if x.ndim != 3:
-            raise ValueError(f"{op}: signal must have rank 3, got shape {x.shape}")
+            raise ValueError(f"{op}: signal must have rank 3 ([batch, length, 1 or 2]) or 2 "
+                             f"([batch, length], real), got shape {x.shape}")
         z, _ = _to_complex(op, x)  # [batch, signal_length]
         length = z.shape[1]
         step = _scalar_int(op, "frame_step", frame_step)
