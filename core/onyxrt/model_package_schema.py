@@ -49,23 +49,12 @@ from typing import Any
 from .errors import (
     InvalidPackage,
     ModelPackageError,
-    PackageContextError,
     PackageEntryNotFound,
     PackageIOError,
     PackageStateError,
-    ProviderOptionsNotApplicable,
-    VariantNotRunnable,
 )
 
 __all__ = [
-    "ModelPackageError",
-    "InvalidPackage",
-    "PackageEntryNotFound",
-    "PackageIOError",
-    "PackageStateError",
-    "PackageContextError",
-    "VariantNotRunnable",
-    "ProviderOptionsNotApplicable",
     "PathRules",
     "VariantRecord",
     "ComponentRecord",
