@@ -8,7 +8,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from . import capi, errors
 from .api import (
@@ -34,32 +35,6 @@ from .logs import (
     set_default_logger_severity,
     set_default_logger_verbosity,
 )
-from .lora import AdapterFormat, LoraAdapter
-from .memory_info import (
-    OrtAllocatorType,
-    OrtArenaCfg,
-    OrtDevice,
-    OrtDeviceMemoryType,
-    OrtDeviceVendorId,
-    OrtMemoryInfo,
-    OrtMemoryInfoDeviceType,
-    OrtMemType,
-    create_and_register_allocator,
-    create_and_register_allocator_v2,
-)
-from .model_compiler import (
-    ModelCompiler,
-    OrtCompileApiFlags,
-    OrtEpContextData,
-    OrtEpContextDataBuffer,
-    OrtExternalInitializerInfo,
-)
-from .model_package import ModelPackage, ModelPackageWriteMode
-from .model_package_selection import (
-    ModelPackageComponentContext,
-    ModelPackageContext,
-    ModelPackageOptions,
-)
 from .options import ProviderOptionWarning
 from .ortvalue import OrtValue, copy_tensors
 from .placement import OrtEpAssignedNode, OrtEpAssignedSubgraph, PlacementReport
@@ -80,8 +55,59 @@ from .session_options import (
     RunOptions,
     SessionOptions,
 )
-from .sparse import OrtSparseFormat, SparseTensor
 from .threads import set_global_thread_pool_sizes
+
+#: Names imported when first used (PEP 562): LoRA adapters, model compilation, model
+#: packages, sparse tensors and onnxruntime's memory-info classes cost import time most
+#: programs never spend on them.
+_LAZY = {
+    "AdapterFormat": "lora", "LoraAdapter": "lora",
+    "ModelCompiler": "model_compiler", "OrtCompileApiFlags": "model_compiler",
+    "OrtEpContextData": "model_compiler", "OrtEpContextDataBuffer": "model_compiler",
+    "OrtExternalInitializerInfo": "model_compiler",
+    "ModelPackage": "model_package", "ModelPackageWriteMode": "model_package",
+    "ModelPackageComponentContext": "model_package_selection",
+    "ModelPackageContext": "model_package_selection", "ModelPackageOptions": "model_package_selection",
+    "OrtSparseFormat": "sparse", "SparseTensor": "sparse",
+    "OrtAllocatorType": "memory_info",
+    "OrtArenaCfg": "memory_info",
+    "OrtDevice": "memory_info",
+    "OrtDeviceMemoryType": "memory_info",
+    "OrtDeviceVendorId": "memory_info",
+    "OrtMemoryInfo": "memory_info",
+    "OrtMemoryInfoDeviceType": "memory_info",
+    "OrtMemType": "memory_info",
+    "create_and_register_allocator": "memory_info",
+    "create_and_register_allocator_v2": "memory_info",
+}
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and documentation tools
+    from .lora import AdapterFormat, LoraAdapter
+    from .memory_info import (
+        OrtAllocatorType,
+        OrtArenaCfg,
+        OrtDevice,
+        OrtDeviceMemoryType,
+        OrtDeviceVendorId,
+        OrtMemoryInfo,
+        OrtMemoryInfoDeviceType,
+        OrtMemType,
+        create_and_register_allocator,
+        create_and_register_allocator_v2,
+    )
+    from .model_compiler import (
+        ModelCompiler,
+        OrtCompileApiFlags,
+        OrtEpContextData,
+        OrtEpContextDataBuffer,
+        OrtExternalInitializerInfo,
+    )
+    from .model_package import ModelPackage, ModelPackageWriteMode
+    from .model_package_selection import (
+        ModelPackageComponentContext,
+        ModelPackageContext,
+        ModelPackageOptions,
+    )
+    from .sparse import OrtSparseFormat, SparseTensor
 
 # onnxruntime's module attributes and class aliases.
 version = __version__
@@ -94,6 +120,11 @@ SessionIOBinding = IOBinding
 
 
 def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
     # Asked of the providers only when read (it may need the CUDA provider's probe).
     if name == "cuda_version":
         from .api import cuda_version
@@ -178,3 +209,7 @@ __all__ = [
     "get_build_info",
     "set_default_logger_severity",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "cuda_version"})

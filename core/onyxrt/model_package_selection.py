@@ -300,8 +300,8 @@ def _string_map(info: Mapping[str, Any], key: str, where: str) -> dict[str, str]
 def _best_variant(
     variants: list[_RunnableVariant], provider: _ProviderChoice
 ) -> _RunnableVariant | None:
-    from .api import OrtCompiledModelCompatibility as Compat
-    from .api import get_model_compatibility_for_ep_devices
+    from .capi.introspection import OrtCompiledModelCompatibility as Compat
+    from .capi.introspection import get_model_compatibility_for_ep_devices
 
     best, best_score = None, -1
     for variant in variants:

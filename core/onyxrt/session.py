@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -48,7 +48,6 @@ from .kernels import ValueType
 from .limits import limits_from_config, run_limits
 from .loader import LoadedModel, check_model, load_model, opset_versions
 from .logs import session_logger
-from .memory_info import OrtMemoryInfo
 from .model_saving import save_optimized_model
 from .optimizer import (
     ONNXRUNTIME_OPTIMIZER_NAMES,
@@ -79,6 +78,9 @@ from .session_options import (
 from .shape_inference import infer_shapes
 from .status import ModelLoadCanceled
 from .threads import global_thread_pool_sizes, intra_op_limit
+
+if TYPE_CHECKING:
+    from .memory_info import OrtMemoryInfo
 
 __all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning", "PlacementWarning"]
 
@@ -629,11 +631,7 @@ class InferenceSession:
             raise InvalidArgument(f"run_async: callback must be callable, got {type(callback).__name__}")
         # As onnxruntime: missing inputs raise here; everything else reaches the callback.
         given = _with_adapters(input_feed, run_options)
-        missing = [n for n in self._graph.inputs if n not in given]
-        if missing:
-            raise InvalidInput(
-                f"required input(s) missing: {missing}. The model's inputs are: {self._graph.inputs}"
-            )
+        self._require_inputs(given)
         if self._async_pool is None:
             with _ASYNC_POOL_LOCK:
                 if self._async_pool is None:
@@ -808,12 +806,16 @@ class InferenceSession:
                     f"unknown input name {name!r}.{hint} The model's inputs are: {self._graph.inputs}"
                 )
             feeds[name] = check_feed(check, value)
-        missing = [n for n in self._graph.inputs if n not in feeds and n not in (also_given or {})]
+        self._require_inputs(feeds, also_given)
+        return feeds
+
+    def _require_inputs(self, given: Mapping[str, Any], also_given: Mapping[str, Any] | None = None) -> None:
+        """Every model input must be given (in one of the two mappings)."""
+        missing = [n for n in self._graph.inputs if n not in given and n not in (also_given or {})]
         if missing:
             raise InvalidInput(
                 f"required input(s) missing: {missing}. The model's inputs are: {self._graph.inputs}"
             )
-        return feeds
 
     # -- introspection -------------------------------------------------------------------
     def _node_args(self, names: Sequence[str]) -> list[NodeArg]:
@@ -860,6 +862,8 @@ class InferenceSession:
         return next((p for p in self._providers if p.name == owner), self._providers[-1])
 
     def _memory_info_of(self, provider: ExecutionProvider) -> OrtMemoryInfo:
+        from .memory_info import OrtMemoryInfo
+
         device = provider.device
         info = OrtMemoryInfo.for_device("cpu" if device.is_host else (
             provider.device_names[0] if provider.device_names else device.type), device.device_id)
@@ -1037,11 +1041,13 @@ def _sparse_outputs(graph: onnx.GraphProto) -> dict[str, Any]:
     """Graph outputs declared sparse that are sparse initializers, as SparseTensors (COO)."""
     declared = {vi.name for vi in graph.output if vi.type.HasField("sparse_tensor_type")}
     result: dict[str, Any] = {}
+    if not declared:
+        return result
+    from .sparse import SparseTensor
+
     for st in graph.sparse_initializer:
         if st.values.name not in declared:
             continue
-        from .sparse import SparseTensor
-
         values = onnx.numpy_helper.to_array(st.values)
         indices = onnx.numpy_helper.to_array(st.indices).astype(np.int64)
         dims = [int(d) for d in st.dims]

@@ -15,27 +15,16 @@ import types
 import onnx.defs
 
 from ..api import (
-    KernelDefInfo,
-    OrtCompiledModelCompatibility,
-    OrtDeviceEpIncompatibilityReason,
     disable_telemetry_events,
     enable_telemetry_events,
-    get_all_operator_schema,
-    get_all_opkernel_def,
     get_all_providers,
     get_available_providers,
     get_build_info,
-    get_compatibility_info_from_model,
-    get_compatibility_info_from_model_bytes,
     get_device,
     get_ep_devices,
-    get_hardware_device_ep_incompatibility_details,
     get_hardware_devices,
-    get_model_compatibility_for_ep_devices,
-    get_registered_ep_kernel_defs,
     get_version_string,
     has_collective_ops,
-    is_dlpack_uint8_tensor,
     register_execution_provider_library,
     unregister_execution_provider_library,
 )
@@ -110,6 +99,19 @@ from ..status import (
 )
 from ..status import NotImplementedStatus as NotImplemented  # noqa: A001  (onnxruntime's name)
 from ..threads import set_global_thread_pool_sizes
+from .introspection import (
+    KernelDefInfo,
+    OrtCompiledModelCompatibility,
+    OrtDeviceEpIncompatibilityReason,
+    get_all_operator_schema,
+    get_all_opkernel_def,
+    get_compatibility_info_from_model,
+    get_compatibility_info_from_model_bytes,
+    get_hardware_device_ep_incompatibility_details,
+    get_model_compatibility_for_ep_devices,
+    get_registered_ep_kernel_defs,
+    is_dlpack_uint8_tensor,
+)
 
 kNextPowerOfTwo = ArenaExtendStrategy.kNextPowerOfTwo
 kSameAsRequested = ArenaExtendStrategy.kSameAsRequested

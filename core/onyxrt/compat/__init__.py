@@ -100,6 +100,9 @@ def _facade() -> types.ModuleType:
         "__file__": onyxrt.__file__,
         "__onyxrt_shim__": True,
         "__all__": list(getattr(onyxrt, "__all__", [])),
+        # onyxrt's names imported on first use (and cuda_version) come through onyxrt.
+        "__getattr__": lambda name: getattr(onyxrt, name),
+        "__dir__": lambda: sorted({*module.__dict__, *dir(onyxrt)}),
     })
     module.__dict__.update(attributes)
     return module
