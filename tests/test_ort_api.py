@@ -493,3 +493,21 @@ def test_ep_devices_have_memory_infos_streams_and_hardware_types():
     theirs = next(d for d in ortrt.get_ep_devices() if d.ep_name == CPU)
     assert int(theirs.device.type) == cpu.device.type.value
     assert isinstance(onnx.__version__, str)
+
+
+def test_a_provider_listed_twice_is_ignored_with_a_warning_as_in_onnxruntime():
+    data = _relu_neg().SerializeToString()
+    with pytest.warns(UserWarning, match="listed twice"):
+        ours = ort.InferenceSession(data, providers=[CPU, CPU])
+    with pytest.warns(UserWarning, match="Duplicate provider"):
+        theirs = ortrt.InferenceSession(data, providers=[CPU, CPU])
+    assert ours.get_providers() == theirs.get_providers() == [CPU]
+
+
+def test_provider_arguments_onnxruntime_tolerates_are_warnings_not_errors():
+    data = _relu_neg().SerializeToString()
+    with pytest.warns(UserWarning, match="taken as"):  # a bare name, not a list
+        assert ort.InferenceSession(data, providers=CPU).get_providers() == [CPU]
+    with pytest.warns(UserWarning, match="without providers"):
+        ort.InferenceSession(data, provider_options=[{}])
+    ortrt.InferenceSession(data, provider_options=[{}])  # onnxruntime: accepted, ignored

@@ -488,10 +488,15 @@ class InferenceSession:
         opts = self._sess_options
         if providers is None:
             if provider_options is not None:
-                raise InvalidArgument("provider_options was given without providers")
+                # onnxruntime ignores them silently; onyxrt says so.
+                warnings.warn("provider_options was given without providers and is ignored; pass "
+                              "providers=[...] with one options dict per provider", UserWarning, stacklevel=4)
             return [(p.name, p.options) for p in configured_providers(opts)]
         if isinstance(providers, str):
-            raise InvalidArgument("providers must be a list, e.g. ['CPUExecutionProvider']")
+            # onnxruntime reads a string as a list of one-letter names and drops them all.
+            warnings.warn(f"providers should be a list; {providers!r} is taken as [{providers!r}]",
+                          UserWarning, stacklevel=4)
+            providers = [providers]
         if provider_options is not None and len(provider_options) != len(providers):
             raise InvalidArgument(
                 f"provider_options has {len(provider_options)} entries but providers has "
@@ -510,7 +515,10 @@ class InferenceSession:
             if provider_options is not None:
                 options = {**options, **dict(provider_options[i] or {})}
             if any(n == name for n, _ in result):
-                raise InvalidArgument(f"provider {name!r} is listed twice")
+                # onnxruntime ignores the repeat with a warning; so does onyxrt.
+                warnings.warn(f"provider {name!r} is listed twice; the second entry is ignored",
+                              UserWarning, stacklevel=4)
+                continue
             result.append((name, options))
         return result
 
