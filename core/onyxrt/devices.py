@@ -122,9 +122,8 @@ class EpDevice:
         from .memory_info import OrtDeviceMemoryType, OrtMemoryInfo
 
         host = self.device.is_host or int(memory_type) == OrtDeviceMemoryType.HOST_ACCESSIBLE
-        info = OrtMemoryInfo.for_device("cpu" if host else self.device.type, self.device.device_id)
-        info.device_vendor_id = self.device.vendor_id
-        return info
+        return OrtMemoryInfo.for_device("cpu" if host else self.device.type, self.device.device_id,
+                                        self.device.vendor_id)
 
     def create_sync_stream(self) -> OrtSyncStream:
         """A stream handle for this device (onyxrt's providers order their own work, so

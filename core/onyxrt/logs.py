@@ -27,7 +27,6 @@ __all__ = [
 #: (severity, category, logid, code_location, message) -> None
 LoggerCallback = Callable[[int, str, str, str, str], Any]
 _callback: LoggerCallback | None = None
-_verbosity = 0
 
 SEVERITY_TO_LEVEL = {
     0: logging.DEBUG,
@@ -85,11 +84,10 @@ def set_default_logger_severity(level: int) -> None:
 
 def set_default_logger_verbosity(level: int) -> None:
     """onnxruntime's verbose-log level (VLOG, used with severity 0 in its debug builds).
-    onyxrt has no separate verbose channel: severity 0 shows every message."""
-    global _verbosity
+    onyxrt has no separate verbose channel (severity 0 shows every message), so the
+    level is checked and has no effect."""
     if isinstance(level, bool) or not isinstance(level, int) or level < 0:
         raise ValueError(f"verbosity must be an int >= 0, got {level!r}")
-    _verbosity = level
 
 
 def set_default_logger_callback(callback: LoggerCallback | None, severity: int = 2) -> None:

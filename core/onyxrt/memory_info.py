@@ -278,14 +278,13 @@ class OrtMemoryInfo:
         return info
 
     @staticmethod
-    def for_device(device_name: str, device_id: int = 0) -> OrtMemoryInfo:
+    def for_device(device_name: str, device_id: int = 0, vendor_id: int = 0) -> OrtMemoryInfo:
         """The memory info of an onyxrt device name (``"cpu"``, ``"cuda"``, ``"npu"``...),
         named as onnxruntime names its allocators (``"Cpu"``, ``"Cuda"``...)."""
-        kind = device_name.lower()
-        name = {"cpu": "Cpu", "cuda": "Cuda", "rocm": "Rocm", "gpu": "Gpu", "npu": "Npu"}.get(
-            kind, device_name.capitalize())
-        info = OrtMemoryInfo(name, OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id, OrtMemType.DEFAULT)
-        info._device_type = _TYPE_BY_NAME.get(kind, _NPU if kind not in ("cpu",) else _CPU)
+        info = OrtMemoryInfo(device_name.capitalize(), OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id,
+                             OrtMemType.DEFAULT)
+        info._device_type = _TYPE_BY_NAME.get(device_name.lower(), _NPU)
+        info.device_vendor_id = int(vendor_id)
         return info
 
     @property

@@ -20,10 +20,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import onnx
 
 from .errors import CompileError, InvalidArgument
+from .model_saving import discard_stale_file, fill_created_weights
 from .ortvalue import OrtValue
 from .session_options import GraphOptimizationLevel, SessionOptions
 
@@ -185,10 +185,7 @@ class ModelCompiler:
         session = InferenceSession(self._source, options)
         model = onnx.ModelProto()
         model.CopyFrom(session._model)
-        arrays = session._graph.initializers
-        for tensor in model.graph.initializer:
-            if tensor.name in arrays and not tensor.raw_data:
-                tensor.raw_data = np.ascontiguousarray(arrays[tensor.name]).tobytes()
+        fill_created_weights(model, session._graph.initializers)
         return model
 
     def _place_initializers(self, model: onnx.ModelProto, output_path: str | None) -> None:
@@ -207,9 +204,7 @@ class ModelCompiler:
             folder = os.path.dirname(os.path.abspath(output_path))
             location = os.path.relpath(os.path.join(folder, self._external_path), folder) \
                 if os.path.isabs(self._external_path) else self._external_path
-            target = os.path.join(folder, location)
-            if os.path.exists(target):
-                os.remove(target)  # onnx appends; a second compile must not grow the file
+            discard_stale_file(os.path.join(folder, location))
             onnx.external_data_helper.convert_model_to_external_data(
                 model, all_tensors_to_one_file=True, location=location, size_threshold=self._threshold,
                 convert_attribute=False)

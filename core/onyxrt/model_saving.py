@@ -19,19 +19,32 @@ import onnx
 from .errors import InvalidArgument
 from .session_options import OPTIMIZED_EXTERNAL_FILE_KEY, OPTIMIZED_EXTERNAL_MIN_SIZE_KEY
 
-__all__ = ["save_optimized_model"]
+__all__ = ["save_optimized_model", "fill_created_weights", "discard_stale_file"]
 
 #: onnxruntime's default for session.optimized_model_external_initializers_min_size_in_bytes.
 DEFAULT_MIN_EXTERNAL_BYTES = 1024
+
+
+def fill_created_weights(proto: onnx.ModelProto, arrays: Mapping[str, np.ndarray]) -> None:
+    """Give the initializers a session holds as name, type and dims only (the optimizer's
+    creations, the big weights of its skeleton model) their bytes from ``arrays``."""
+    for tensor in proto.graph.initializer:
+        if tensor.name in arrays and not tensor.raw_data:
+            tensor.raw_data = np.ascontiguousarray(arrays[tensor.name]).tobytes()
+
+
+def discard_stale_file(path: str) -> None:
+    """Remove an external-data file left by an earlier save: onnx appends to an existing
+    one, so saving twice would grow it."""
+    if os.path.exists(path):
+        os.remove(path)
 
 
 def save_optimized_model(proto: onnx.ModelProto, arrays: Mapping[str, np.ndarray], options: Any) -> None:
     """Save ``proto`` to ``options.optimized_model_filepath`` with the optimizer's
     created weights filled in, large ones external when the config asks for it."""
     path = options.optimized_model_filepath
-    for tensor in proto.graph.initializer:
-        if tensor.name in arrays and not tensor.raw_data:
-            tensor.raw_data = np.ascontiguousarray(arrays[tensor.name]).tobytes()
+    fill_created_weights(proto, arrays)
     entries = options.config_entries()
     location = entries.get(OPTIMIZED_EXTERNAL_FILE_KEY, "")
     if not location:
@@ -46,9 +59,7 @@ def save_optimized_model(proto: onnx.ModelProto, arrays: Mapping[str, np.ndarray
         min_size = int(raw_min)
     except ValueError:
         raise InvalidArgument(f"{OPTIMIZED_EXTERNAL_MIN_SIZE_KEY} must be an integer, got {raw_min!r}") from None
-    target = os.path.join(os.path.dirname(os.path.abspath(path)), location)
-    if os.path.exists(target):  # onnx appends to an existing file; a re-run must not grow it
-        os.remove(target)
+    discard_stale_file(os.path.join(os.path.dirname(os.path.abspath(path)), location))
     # onnx moves the bytes out of the proto it saves: save a copy, the session goes on
     # with ``proto``.
     saved = onnx.ModelProto()

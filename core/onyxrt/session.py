@@ -873,10 +873,8 @@ class InferenceSession:
         from .memory_info import OrtMemoryInfo
 
         device = provider.device
-        info = OrtMemoryInfo.for_device("cpu" if device.is_host else (
-            provider.device_names[0] if provider.device_names else device.type), device.device_id)
-        info.device_vendor_id = device.vendor_id
-        return info
+        name = "cpu" if device.is_host else (provider.device_names[0] if provider.device_names else device.type)
+        return OrtMemoryInfo.for_device(name, device.device_id, device.vendor_id)
 
     def get_input_memory_infos(self) -> list[OrtMemoryInfo]:
         """Where each input is read: the memory of the provider that consumes it."""
