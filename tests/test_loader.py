@@ -135,11 +135,49 @@ def test_symlink_inside_the_folder_to_a_file_inside_is_allowed(tmp_path: Path):
     np.testing.assert_allclose(_run(str(path)), _expected(X), rtol=1e-6)
 
 
-def test_model_proto_with_external_data_reads_relative_to_cwd(tmp_path, monkeypatch):
+@pytest.mark.parametrize("as_bytes", [False, True], ids=["ModelProto", "bytes"])
+def test_model_without_a_folder_never_reads_the_working_directory(tmp_path, monkeypatch, as_bytes):
+    """A model given as bytes or a ModelProto has no folder. onnxruntime 1.32 reads its
+    external data from the working directory; a server loading uploaded bytes would hand
+    out any file there (`location: "secrets.txt"`). onyxrt refuses, naming the tensor, the
+    file and the two ways to give the folder."""
     path = _save_external(tmp_path / "m")
     proto = onnx.load(str(path), load_external_data=False)
-    monkeypatch.chdir(path.parent)
-    np.testing.assert_allclose(_run(proto), _expected(X), rtol=1e-6)
+    monkeypatch.chdir(path.parent)  # the weights are right there: still not read
+    with pytest.raises(UnsafeExternalData) as err:
+        _run(proto.SerializeToString() if as_bytes else proto)
+    message = str(err.value)
+    assert "initializer 'w'" in message and "'weights.bin'" in message
+    assert "session.model_external_initializers_file_folder_path" in message
+    assert "file path" in message
+
+
+@pytest.mark.parametrize("as_bytes", [False, True], ids=["ModelProto", "bytes"])
+def test_model_without_a_folder_reads_the_folder_the_caller_names(tmp_path, monkeypatch, as_bytes):
+    path = _save_external(tmp_path / "m")
+    proto = onnx.load(str(path), load_external_data=False)
+    monkeypatch.chdir(tmp_path)
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.model_external_initializers_file_folder_path", "m")
+    sess = ort.InferenceSession(
+        proto.SerializeToString() if as_bytes else proto, opts, providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], _expected(X), rtol=1e-6)
+
+
+def test_the_named_folder_replaces_the_model_folder_for_a_path_too(tmp_path):
+    """As in onnxruntime: with the folder named, external data is looked up only there."""
+    path = _save_external(tmp_path / "m")
+    (tmp_path / "other").mkdir()
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry(
+        "session.model_external_initializers_file_folder_path", str(tmp_path / "other")
+    )
+    with pytest.raises(InvalidModel, match="not found"):
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    (path.parent / "weights.bin").rename(tmp_path / "other" / "weights.bin")
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], _expected(X), rtol=1e-6)
 
 
 def test_loaded_model_no_longer_references_external_data(tmp_path: Path):
@@ -355,8 +393,9 @@ def test_model_proto_with_external_data_is_not_mutated(tmp_path, monkeypatch):
     path = _save_external(tmp_path / "m")
     proto = onnx.load(str(path), load_external_data=False)
     before = _snapshot(proto)
-    monkeypatch.chdir(path.parent)
-    _run(proto)
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
+    ort.InferenceSession(proto, opts, providers=["CPUExecutionProvider"]).run(None, {"x": X})
     assert _snapshot(proto) == before
     w = next(t for t in proto.graph.initializer if t.name == "w")
     assert w.data_location == TensorProto.EXTERNAL  # still a reference, not loaded bytes

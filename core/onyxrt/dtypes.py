@@ -23,6 +23,7 @@ __all__ = [
     "INT_TYPES",
     "NUMERIC_TYPES",
     "ALL_TENSOR_TYPES",
+    "raw_byte_size",
 ]
 
 # onnxruntime spells element types this way in NodeArg.type ('tensor(float)').
@@ -129,3 +130,24 @@ UNSIGNED_INT_TYPES = _dts(
 INT_TYPES = SIGNED_INT_TYPES | UNSIGNED_INT_TYPES
 NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES
 ALL_TENSOR_TYPES = frozenset(_NP_BY_CODE.values())
+
+
+# Bits per element of the types ONNX packs several to a byte in raw data (low bits first).
+_PACKED_BITS: dict[int, int] = {
+    getattr(TensorProto, name): bits
+    for name, bits in (("UINT4", 4), ("INT4", 4), ("FLOAT4E2M1", 4), ("UINT2", 2), ("INT2", 2))
+    if hasattr(TensorProto, name)
+}
+
+
+def raw_byte_size(elem_type: int, count: int) -> int | None:
+    """Bytes the raw data of ``count`` elements of ``elem_type`` holds (packed types
+    round up to whole bytes), or None for types without a fixed size (strings) or that
+    this runtime cannot size."""
+    bits = _PACKED_BITS.get(elem_type)
+    if bits is not None:
+        return (count * bits + 7) // 8
+    if elem_type == TensorProto.STRING:
+        return None
+    dt = _NP_BY_CODE.get(elem_type)
+    return None if dt is None else count * dt.itemsize

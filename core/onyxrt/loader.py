@@ -1,15 +1,18 @@
 """Reading a model: from a path, PathLike, bytes or ``ModelProto``, with external data.
 
-External data is loaded here, not by onnx, so that every reference is checked first: an
-absolute path, a ``..`` or a symlink leading out of the model's folder, a missing file,
-or an offset/length past the end of the file is rejected with the reason.
+External data is read by :mod:`onyxrt.external_data`, not by onnx, so that every
+reference is checked on what is actually opened: an absolute path, a ``..`` or a symlink
+leading out of the model's folder, a file that is not a regular file, a missing file, or
+an offset/length that disagrees with the tensor or passes the end of the file is
+rejected with the reason.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Collection, Iterator, Mapping
+import stat
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,10 @@ from .errors import (
     ModelFileNotFound,
     ModelNotParsed,
     UnknownOperator,
-    UnsafeExternalData,
 )
+from .external_data import ExternalDataReader
 
-__all__ = ["LoadedModel", "load_model", "iter_tensors", "opset_versions"]
+__all__ = ["LoadedModel", "load_model", "read_model_file", "opset_versions"]
 
 
 @dataclass
@@ -37,7 +40,7 @@ class LoadedModel:
 
     proto: onnx.ModelProto
     origin: str
-    base_dir: Path
+    base_dir: Path | None  # None: given as bytes/ModelProto with no external-data folder
     path: Path | None = None
 
 
@@ -45,6 +48,8 @@ def load_model(
     source: Any,
     external_files: Mapping[str, Any] | None = None,
     supplied: Collection[str] = (),
+    external_folder: str | os.PathLike[str] | None = None,
+    read_external: bool = True,
 ) -> LoadedModel:
     """Read ``source`` (str/PathLike path, bytes, or ``ModelProto``) and its external data.
 
@@ -52,40 +57,108 @@ def load_model(
     contents, which are read instead of the disk
     (``SessionOptions.add_external_initializers_from_files_in_memory``); external
     initializers named in ``supplied`` are not read at all: the caller provides their
-    values (``SessionOptions.add_external_initializers``).
+    values (``SessionOptions.add_external_initializers``). ``external_folder``
+    (``session.model_external_initializers_file_folder_path``) is the folder external
+    files are read from instead of the model's; a model given as bytes or a ``ModelProto``
+    reads external files only from there, never from the working directory. ``read_external=False`` leaves external references as they are (for
+    tools that read only the model's metadata).
 
     Raises :class:`~onyxrt.errors.InvalidModel` for a missing, unreadable, malformed or
     truncated model, and :class:`~onyxrt.errors.UnsafeExternalData` for external data
-    references that escape the model's folder or its file.
+    references that escape the model's folder or its file (see :mod:`onyxrt.external_data`).
     """
+    roots: tuple[Path, ...] = ()
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # we fill in external data; never touch the caller's proto
-        loaded = LoadedModel(model, "<ModelProto>", Path.cwd())
+        loaded = LoadedModel(model, "<ModelProto>", None)
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        loaded = LoadedModel(_parse(bytes(source), "<bytes>"), "<bytes>", Path.cwd())
+        loaded = LoadedModel(_parse(bytes(source), "<bytes>"), "<bytes>", None)
     elif isinstance(source, (str, os.PathLike)):
         path = Path(os.fspath(source))
-        if not path.exists():
-            raise ModelFileNotFound(f"model file not found: {str(path)!r}")
-        if path.is_dir():
-            raise InvalidModel(f"{str(path)!r} is a folder; pass the path of the .onnx file")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise InvalidModel(f"cannot read model file {str(path)!r}: {exc}") from exc
+        data = read_model_file(path)
         # The folder of the path as given, not of a symlink's target: external data sits
-        # beside the path the user named (as onnxruntime resolves it).
-        loaded = LoadedModel(_parse(data, str(path)), str(path), path.absolute().parent, path)
+        # beside the path the user named (as onnxruntime resolves it); the real folder of
+        # a symlinked model file is allowed too (onnxruntime's rule for Hugging Face's
+        # cache, where model.onnx and its data link into blobs/).
+        folder = path.absolute().parent
+        loaded = LoadedModel(_parse(data, str(path)), str(path), folder, path)
+        roots = _real_folders(folder, path)
     else:
         raise InvalidModel(
             f"cannot load a model from {type(source).__name__}; pass a file path, bytes or "
             "an onnx.ModelProto"
         )
+    if external_folder is not None and os.fspath(external_folder):
+        # Named by the caller: the folder for every model, given as a path too (as in
+        # onnxruntime, which then looks only there).
+        loaded.base_dir = Path(os.fspath(external_folder)).absolute()
+        roots = _real_folders(loaded.base_dir, None)
     _check_header(loaded)
     _check_text(loaded.proto, loaded.origin)
-    _load_external_data(loaded, external_files or {}, supplied)
+    if read_external:
+        reader = ExternalDataReader(loaded.origin, loaded.base_dir, roots, external_files, supplied)
+        reader.read_model(loaded.proto)
     return loaded
+
+
+def _real_folders(folder: Path, model_path: Path | None) -> tuple[Path, ...]:
+    """The real folders external data may be read from: ``folder`` and the folder of the
+    model file's real path."""
+    try:
+        roots = [folder.resolve()]
+        if model_path is not None:
+            real_parent = model_path.resolve().parent
+            if real_parent not in roots:
+                roots.append(real_parent)
+    except (OSError, RuntimeError) as exc:  # a symlink loop in the folder's path
+        raise InvalidModel(f"cannot resolve the model's folder {str(folder)!r}: {exc}") from None
+    return tuple(roots)
+
+
+#: protobuf cannot parse a message of 2 GiB or more; larger models keep weights outside.
+_MAX_MODEL_FILE_BYTES = 2**31 - 1
+
+
+def read_model_file(path: Path) -> bytes:
+    """The bytes of a model file: a regular file (a FIFO, device or ``/dev/zero`` is
+    refused before anything is read) of at most protobuf's 2 GiB, read exactly."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ModelFileNotFound(f"model file not found: {str(path)!r}") from None
+    except IsADirectoryError:
+        raise InvalidModel(f"{str(path)!r} is a folder; pass the path of the .onnx file") from None
+    except (OSError, ValueError) as exc:  # name too long, symlink loop, permission; NUL in path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InvalidModel(f"cannot open model file {str(path)!r}: {reason}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InvalidModel(f"{str(path)!r} is a folder; pass the path of the .onnx file")
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidModel(
+                f"model file {str(path)!r} is not a regular file (a FIFO, device or socket); "
+                "save the model to a file and load that"
+            )
+        if st.st_size > _MAX_MODEL_FILE_BYTES:
+            raise InvalidModel(
+                f"model file {str(path)!r} is {st.st_size} bytes; an ONNX model file holds at most "
+                "2 GiB (protobuf's limit); store the weights as external data"
+            )
+        chunks = []
+        done = 0
+        while done < st.st_size:
+            chunk = os.pread(fd, st.st_size - done, done)
+            if not chunk:
+                break  # the file shrank: parse what is there (a truncated model is reported)
+            chunks.append(chunk)
+            done += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InvalidModel(f"cannot read model file {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def _parse(data: bytes, origin: str) -> onnx.ModelProto:
@@ -213,86 +286,6 @@ def _check_header(loaded: LoadedModel) -> None:
                 f"{loaded.origin}: opset {imp.version} is newer than the newest this runtime "
                 f"knows ({newest}); upgrade the onnx package"
             )
-
-
-def iter_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor in a graph and its subgraphs: initializers and tensor attributes."""
-    yield from graph.initializer
-    for st in graph.sparse_initializer:
-        yield st.values
-        yield st.indices
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            elif attr.type == onnx.AttributeProto.TENSORS:
-                yield from attr.tensors
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                yield from iter_tensors(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from iter_tensors(g)
-
-
-def _load_external_data(loaded: LoadedModel, in_memory: Mapping[str, Any], supplied: Collection[str]) -> None:
-    base = loaded.base_dir.resolve()
-    for tensor in iter_tensors(loaded.proto.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL or tensor.name in supplied:
-            continue
-        info = {e.key: e.value for e in tensor.external_data}
-        location = info.get("location", "")
-        where = f"{loaded.origin}: initializer {tensor.name!r}"
-        if not location:
-            raise UnsafeExternalData(f"{where}: external data has no location")
-        if location in in_memory:
-            tensor.raw_data = _slice_of(memoryview(in_memory[location]).cast("B"), info, where, location)
-            del tensor.external_data[:]
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            continue
-        if "\0" in location:
-            raise UnsafeExternalData(f"{where}: external data path {location!r} contains a NUL character")
-        if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
-            raise UnsafeExternalData(
-                f"{where}: external data path {location!r} is absolute; external data must "
-                f"live inside the model's folder {str(base)!r}"
-            )
-        target = (base / location).resolve()  # resolves '..' and symlinks
-        try:
-            target.relative_to(base)
-        except ValueError:
-            raise UnsafeExternalData(
-                f"{where}: external data path {location!r} leads to {str(target)!r}, outside "
-                f"the model's folder {str(base)!r}; it is refused"
-            ) from None
-        if not target.is_file():
-            raise InvalidModel(f"{where}: external data file {location!r} not found in {str(base)!r}")
-        offset, length = _extent(info, target.stat().st_size, where, location)
-        with open(target, "rb") as fh:
-            fh.seek(offset)
-            tensor.raw_data = fh.read(length)
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
-
-
-def _extent(info: Mapping[str, str], size: int, where: str, location: str) -> tuple[int, int]:
-    """(offset, length) of a tensor's external data, checked against the file's size."""
-    try:
-        offset = int(info.get("offset", "0") or 0)
-        length = int(info["length"]) if info.get("length") else size - offset
-    except ValueError:
-        raise UnsafeExternalData(f"{where}: external data offset/length are not integers") from None
-    if offset < 0 or length < 0 or offset + length > size:
-        raise UnsafeExternalData(
-            f"{where}: external data offset {offset} + length {length} is past the end of "
-            f"{location!r} ({size} bytes)"
-        )
-    return offset, length
-
-
-def _slice_of(data: memoryview, info: Mapping[str, str], where: str, location: str) -> bytes:
-    """A tensor's bytes from an external-data file given in memory."""
-    offset, length = _extent(info, data.nbytes, where, location)
-    return bytes(data[offset : offset + length])
 
 
 def check_model(loaded: LoadedModel) -> None:

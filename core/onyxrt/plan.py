@@ -32,7 +32,7 @@ from .errors import (
 )
 from .graph import Graph, Node
 from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
-from .limits import current_limits
+from .limits import current_limits, memory_error
 from .parallel import StepGraph, run_parallel
 from .partitioner import Partition, Partitioner
 from .placement import CopyRecord, FusedGroupRecord, NodePlacement, PlacementReport
@@ -143,7 +143,11 @@ class ExecutionPlan:
             _end_run(started, run_options, failed=True)
             raise
         _end_run(started, run_options, failed=False)
-        results = []
+        results: list[Any] = []
+        # A kernel may hand back an input itself (Identity, a no-op Reshape or Cast): the
+        # caller's feed must never come back as an output, nor one array as two outputs
+        # (writing to one would change the other), as onnxruntime returns copies.
+        fed = {id(v) for v in feeds.values()}
         for name in output_names:
             slot, owner = self.output_slots[name]
             value = vals[slot]
@@ -161,8 +165,10 @@ class ExecutionPlan:
                     # Never hand out an initializer, a feed or a kernel's cached constant
                     # itself: the caller may mutate what it gets.
                     value = value.copy()
-                elif not value.flags.owndata:
+                elif not value.flags.owndata or id(value) in fed:
                     value = self._unalias(value, vals)
+                if any(value is r for r in results):
+                    value = value.copy()
             results.append(value)
         return results
 
@@ -245,7 +251,10 @@ class ExecutionPlan:
             assert step is not None
             raise self._kernel_error(step, vals, exc) from exc
 
-    def _kernel_error(self, step: Step, vals: list[Any], exc: Exception) -> KernelError:
+    def _kernel_error(self, step: Step, vals: list[Any], exc: Exception) -> OnyxError:
+        provider = provider_label(self.providers[step.provider].name)
+        if isinstance(exc, MemoryError):  # the memory guard refused, or the system had none
+            return memory_error(f"node {step.name!r} ({step.op_type}) on {provider}", exc)
         described = []
         for j in step.ins:
             v = vals[j]
@@ -256,7 +265,6 @@ class ExecutionPlan:
                 described.append(f"{name}: None")
             else:
                 described.append(f"{name}: {type(v).__name__}")
-        provider = provider_label(self.providers[step.provider].name)
         return KernelError(
             f"node {step.name!r} ({step.op_type}) on {provider} failed: "
             f"{type(exc).__name__}: {exc}. Inputs: {', '.join(described) or 'none'}"

@@ -39,6 +39,7 @@ from .errors import (
     ProviderError,
     ProviderUnavailable,
 )
+from .external_data import FOLDER_CONFIG_KEY
 from .feeds import InputCheck, check_feed, check_shape, type_name
 from .functions import expand_nodes, inline_local_functions
 from .gradient import expand_gradients
@@ -302,7 +303,10 @@ class InferenceSession:
 
     def _load(self, source: Any) -> LoadedModel:
         opts = self._sess_options
-        loaded = load_model(source, opts._external_files, opts._external_initializers)
+        loaded = load_model(
+            source, opts._external_files, opts._external_initializers,
+            external_folder=opts.config_entries().get(FOLDER_CONFIG_KEY),
+        )
         loaded.proto = inline_local_functions(loaded.proto)
         try:
             check_model(loaded)
@@ -671,7 +675,7 @@ class InferenceSession:
         profile = _Profile() if self._profiler.enabled else None
         lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
         limits = self._limits.with_run_options(run_options)
-        with lock, intra_op_limit(self._intra_op_threads), run_limits(limits):
+        with lock, intra_op_limit(self._intra_op_threads), run_limits(limits, guard_memory=True):
             t0 = time.perf_counter()
             outputs = self._plan.run(
                 feeds, names, run_options, profile, keep_on_device, self._pool, device_feeds
@@ -1044,22 +1048,28 @@ _ASYNC_POOL_LOCK = threading.Lock()
 
 
 def _sparse_outputs(graph: onnx.GraphProto) -> dict[str, Any]:
-    """Graph outputs declared sparse that are sparse initializers, as SparseTensors (COO)."""
+    """Graph outputs declared sparse that are sparse initializers, as SparseTensors (COO)
+    in the form onnxruntime returns: linear indices, sorted, one value per index (the
+    last given), explicit zeros left out. Bad indices raise InvalidGraph (shared check)."""
     declared = {vi.name for vi in graph.output if vi.type.HasField("sparse_tensor_type")}
     result: dict[str, Any] = {}
     if not declared:
         return result
-    from .sparse import SparseTensor
+    from .errors import InvalidGraph
+    from .sparse import SparseTensor, canonical_coo, coo_linear_indices
 
     for st in graph.sparse_initializer:
         if st.values.name not in declared:
             continue
+        what = f"sparse initializer {st.values.name!r}"
         values = onnx.numpy_helper.to_array(st.values)
-        indices = onnx.numpy_helper.to_array(st.indices).astype(np.int64)
+        if values.ndim != 1:
+            raise InvalidGraph(f"{what}: values must be 1-D (one per index), got shape {list(values.shape)}")
         dims = [int(d) for d in st.dims]
-        if indices.ndim == 2 and len(dims) != 2:  # per-axis coordinates → linear indices
-            indices = np.ravel_multi_index(tuple(indices.T), dims).astype(np.int64)
-        result[st.values.name] = SparseTensor.sparse_coo_from_numpy(dims, values, indices, None)
+        indices = onnx.numpy_helper.to_array(st.indices)
+        linear = coo_linear_indices(indices, dims, values.size, what, InvalidGraph)
+        values, linear = canonical_coo(values, linear)
+        result[st.values.name] = SparseTensor.sparse_coo_from_numpy(dims, values, linear, None)
     return result
 
 

@@ -12,8 +12,10 @@ Session config entries onyxrt understands (``add_session_config_entry``):
 * ``session.max_partitions`` / ``session.max_copies_per_run`` = ``"N"`` — warn
   (``PlacementWarning``; an error in strict mode) when the placement exceeds them.
 * ``session.max_tensor_bytes`` = ``"N"`` or ``"64GiB"`` — the largest single tensor a
-  kernel may build (default min(16 GiB, physical memory)); past it the run raises
-  :class:`~onyxrt.errors.ResourceLimitExceeded` before allocating (see onyxrt.limits).
+  kernel may build (default min(4 GiB, a quarter of physical memory)); past it the run
+  raises :class:`~onyxrt.errors.ResourceLimitExceeded` before allocating.
+* ``session.max_run_bytes`` = ``"N"`` or ``"8GiB"`` — the most memory one run's tensors
+  may hold at once (default half of physical memory); see onyxrt.limits.
 * ``session.optimized_model_external_initializers_file_name`` /
   ``session.optimized_model_external_initializers_min_size_in_bytes`` — with
   ``optimized_model_filepath``, initializers of at least that many bytes (default 1024)
@@ -40,6 +42,7 @@ __all__ = [
     "MAX_PARTITIONS_KEY",
     "MAX_COPIES_KEY",
     "MAX_TENSOR_BYTES_KEY",
+    "MAX_RUN_BYTES_KEY",
     "OrtExecutionProviderDevicePolicy",
     "policy_device_order",
 ]
@@ -50,6 +53,7 @@ PIN_NODES_KEY = "session.pin_nodes"
 MAX_PARTITIONS_KEY = "session.max_partitions"
 MAX_COPIES_KEY = "session.max_copies_per_run"
 MAX_TENSOR_BYTES_KEY = "session.max_tensor_bytes"  # read by onyxrt.limits
+MAX_RUN_BYTES_KEY = "session.max_run_bytes"  # read by onyxrt.limits
 OPTIMIZED_EXTERNAL_FILE_KEY = "session.optimized_model_external_initializers_file_name"
 OPTIMIZED_EXTERNAL_MIN_SIZE_KEY = "session.optimized_model_external_initializers_min_size_in_bytes"
 

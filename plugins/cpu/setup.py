@@ -35,12 +35,14 @@ class _BuildExt(build_ext):
 
 
 if os.environ.get("ONYXRT_CPU_PURE", "") in ("", "0"):
+    import numpy  # csrc/guard.c sets numpy's allocator (NEP 49): numpy's headers
+
     sources = sorted(str(p) for p in Path("csrc").glob("*.c"))
     extensions = [
         Extension(
             "onyxrt_cpu._native",
             sources,
-            include_dirs=["csrc"],
+            include_dirs=["csrc", numpy.get_include()],
             depends=["csrc/native.h", "csrc/vec16.h"],
             optional=True,
         )

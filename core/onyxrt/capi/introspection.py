@@ -119,14 +119,14 @@ def get_compatibility_info_from_model(model_path: Any, ep_type: str) -> str:
     ``ep_type`` ("" when there is none)."""
     from ..loader import load_model
 
-    return _compatibility_info(load_model(model_path).proto, ep_type)
+    return _compatibility_info(load_model(model_path, read_external=False).proto, ep_type)
 
 
 def get_compatibility_info_from_model_bytes(model_bytes: bytes, ep_type: str) -> str:
     """As :func:`get_compatibility_info_from_model`, from serialized bytes."""
     from ..loader import load_model
 
-    return _compatibility_info(load_model(bytes(model_bytes)).proto, ep_type)
+    return _compatibility_info(load_model(bytes(model_bytes), read_external=False).proto, ep_type)
 
 
 def _compatibility_info(model: onnx.ModelProto, ep_type: str) -> str:

@@ -57,6 +57,13 @@ static PyMethodDef methods[] = {
      "global average pool)."},
     {"nchwc_reorder", py_nchwc_reorder, METH_VARARGS,
      "nchwc_reorder(src, dst, N, C, plane, to_nchwc): NCHW <-> NCHWc (blocks of 16)."},
+    {"guard_start", py_guard_start, METH_VARARGS,
+     "guard_start(max_tensor_bytes, max_run_bytes) -> (guard, previous): a new memory guard "
+     "as numpy's allocator in the current context (0: no limit)."},
+    {"guard_stop", py_guard_stop, METH_VARARGS,
+     "guard_stop(guard, previous): disarm the guard, restore the previous allocator."},
+    {"guard_state", py_guard_state, METH_VARARGS,
+     "guard_state(guard) -> (live, peak, refused_kind, refused_bytes, refused_live)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -70,6 +77,9 @@ PyMODINIT_FUNC
 PyInit__native(void)
 {
     threads_init();
+    if (guard_init() < 0) {
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;

@@ -163,6 +163,12 @@ PyObject *py_blas_hooks(PyObject *self, PyObject *args);
 PyObject *py_nchwc_conv(PyObject *self, PyObject *args);
 PyObject *py_nchwc_depthwise(PyObject *self, PyObject *args);
 PyObject *py_nchwc_reorder(PyObject *self, PyObject *args);
+
+/* guard.c: the memory guard, a numpy allocator enforcing a run's limits. */
+int guard_init(void);
+PyObject *py_guard_start(PyObject *self, PyObject *args);
+PyObject *py_guard_stop(PyObject *self, PyObject *args);
+PyObject *py_guard_state(PyObject *self, PyObject *args);
 PyObject *py_nchwc_maxpool(PyObject *self, PyObject *args);
 PyObject *py_nchwc_mean(PyObject *self, PyObject *args);
 

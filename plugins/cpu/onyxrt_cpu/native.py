@@ -60,6 +60,7 @@ __all__ = [
     "transposed",
     "gemm",
     "NCHWC_BLOCK",
+    "compiled_module",
     "pack_nchwc_filters",
     "pack_nchwc_depthwise",
     "pad_channels",
@@ -87,6 +88,11 @@ else:
 
 #: Whether the compiled module is importable.
 AVAILABLE = _native is not None
+
+
+def compiled_module() -> Any:
+    """The compiled module itself (None when it is not built)."""
+    return _native
 #: Whether kernels use it: importable and not switched off by ``ONYXRT_CPU_NATIVE=0``.
 #: Tests flip this to run the numpy paths.
 ENABLED = AVAILABLE and os.environ.get("ONYXRT_CPU_NATIVE", "1") != "0"

@@ -11,7 +11,7 @@ from onyxrt.devices import HOST_MEMORY, Device
 from onyxrt.options import Option, OptionSchema
 from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
-from . import __version__, native
+from . import __version__, memory_guard, native
 from .blas_threads import ENV_VAR as POOL_ENV_VAR
 from .blas_threads import pool_state, share_pool
 from .kernels import registry
@@ -74,6 +74,7 @@ class CPUExecutionProvider(KernelRegistryProvider):
         super().__init__(options)
         tune_malloc()  # once per process: see malloc_tuning for why
         share_pool()  # once per process: see blas_threads for why
+        memory_guard.install()  # the session's memory limits on every numpy allocation
 
     def devices(self) -> Sequence[Device]:
         """The host CPU."""
