@@ -3,8 +3,9 @@ StringConcat, RegexFullMatch and TfIdfVectorizer.
 
 The onnx node conformance cases run straight through the registry; targeted tests cover what
 they leave out (maxsplit with a delimiter, empty strings, broadcasting, 2-D regex inputs,
-case-insensitive stop words, string pools and the IDF/TFIDF modes with weights), checked
-against onnxruntime.
+case-insensitive stop words, string pools and the IDF/TFIDF modes with weights, RE2's
+Unicode and empty-string semantics), checked against onnxruntime. RegexFullMatch's
+linear-time guarantee and the patterns it refuses are in test_regex_redos.py.
 """
 
 from __future__ import annotations
@@ -131,6 +132,29 @@ def test_regexfullmatch_vs_ort(pattern):
     want = run_op_onnxruntime("RegexFullMatch", [x], 20, [bool], pattern=pattern)[0]
     assert got.dtype == np.bool_
     np.testing.assert_array_equal(got, want)
+
+
+# RE2 semantics, not Python re's: \w, \d and \b are ASCII-only, \C is one UTF-8 byte,
+# \pL and [[:alpha:]] are RE2 classes, (?i) folds Unicode case, "" matches only "".
+_UNICODE_IN = ["", "a", "é", "été", "ÉTÉ", "日本語", "😀", "e\u0301", "٣", "a b", "x\ny", "\x00"]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["", r"\w+", r"\d", r".", r"..", r"\C\C", r"\pL+", r"[[:alpha:]]+", r"(?i)été",
+     r"[à-ü]+", r"\p{Han}+", r"\b.*\b", r"(?s).*", r".*", r"\x{1F600}", r"\Qa b\E", r"\x00",
+     r"[^a]*"],
+)  # fmt: skip
+def test_regexfullmatch_unicode_and_empty_vs_ort(pattern):
+    x = S(*_UNICODE_IN)
+    got = op_output("RegexFullMatch", [x], 20, pattern=pattern)
+    want = run_op_onnxruntime("RegexFullMatch", [x], 20, [bool], pattern=pattern)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_regexfullmatch_empty_tensor():
+    got = op_output("RegexFullMatch", [np.empty((0, 3), dtype=object)], 20, pattern="a")
+    assert got.dtype == np.bool_ and got.shape == (0, 3)
 
 
 def test_regexfullmatch_bad_pattern():

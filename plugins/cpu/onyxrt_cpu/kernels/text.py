@@ -2,21 +2,27 @@
 TfIdfVectorizer.
 
 String tensors are numpy object arrays of Python ``str``. Per-string work (splitting, case
-changes, regex matching) is done with Python's ``str`` methods and ``re`` module, one call
-per element; everything around it (padding, stop-word filtering, n-gram matching and
-counting) is vectorized. Case changes use ``str.lower``/``str.upper`` whatever the
-``locale`` attribute says. RegexFullMatch compiles its RE2 pattern with Python's ``re``,
-which agrees with RE2 on the common syntax (classes, groups, alternation, repetition,
-``\\b``, ``\\w``...) but not on RE2-only escapes such as ``\\pL`` or ``\\C``.
+changes, regex matching) is one call per element; everything around it (padding, stop-word
+filtering, n-gram matching and counting) is vectorized. Case changes use
+``str.lower``/``str.upper`` whatever the ``locale`` attribute says.
+
+RegexFullMatch runs RE2 (``google-re2``), the engine onnxruntime uses: its patterns mean
+what they mean there (RE2 syntax, matched against the string's UTF-8 bytes) and matching
+takes time linear in the string's length. Python's backtracking ``re`` is never used for a
+model's pattern: ``(a+)+$`` against 41 characters would hold the GIL for hours, and
+``RunOptions.terminate`` cannot stop a kernel in the middle of one ``re`` call. Patterns
+RE2 cannot express (backreferences, lookaround) are refused when the kernel is created,
+as onnxruntime refuses them. None of the other kernels here takes a regular expression.
 """
 
 from __future__ import annotations
 
-import re
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
-from onyxrt.errors import InvalidGraph
+from onyxrt.errors import InvalidGraph, NotImplementedOp
 from onyxrt.kernels import Kernel, KernelInfo
 
 from . import registry
@@ -134,23 +140,64 @@ class StringNormalizer(Kernel):
 # ------------------------------------------------------------ RegexFullMatch
 
 
+_RE2_SYNTAX = "https://github.com/google/re2/wiki/Syntax"
+
+
+def _google_re2(where: str) -> tuple[ModuleType, Any]:
+    """google-re2's ``re2`` module and the options to compile with, imported on first use so
+    the CPU provider imports without it. NotImplementedOp naming ``where`` when it is not
+    installed, or when another package took the name ``re2`` (some fall back to Python's
+    backtracking ``re`` for what RE2 refuses)."""
+    try:
+        import re2
+    except ImportError:
+        raise NotImplementedOp(
+            f"{where}: RegexFullMatch matches with RE2, as onnxruntime does, and google-re2 is"
+            " not installed: pip install google-re2"
+        ) from None
+    try:
+        options = re2.Options()
+        options.log_errors = False  # refused patterns are raised; RE2 would also print them
+        re2.compile("(?=a)a", options)  # google-re2 refuses lookahead
+    except Exception as exc:
+        if isinstance(exc, getattr(re2, "error", ())):
+            return re2, options
+    raise NotImplementedOp(
+        f"{where}: the installed 're2' module ({getattr(re2, '__file__', '?')}) is not"
+        " google-re2's and may backtrack: pip uninstall it, then pip install google-re2"
+    )
+
+
 @registry.register("RegexFullMatch", since=20)
 class RegexFullMatch(Kernel):
-    """True where the whole string matches ``pattern``."""
+    """True where the whole string matches ``pattern`` (RE2 syntax, as onnxruntime).
+
+    Matching is RE2's full match over each string's UTF-8 bytes: ``.`` is one code point,
+    ``\\w``/``\\d``/``\\b`` are ASCII-only, ``\\C`` is one byte, ``(?i)`` folds Unicode case.
+    """
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
+        where = _node(info)
         pattern = info.attr("pattern")
         if pattern is None:
-            raise InvalidGraph(f"{_node(info)}: attribute 'pattern' is required")
+            raise InvalidGraph(f"{where}: attribute 'pattern' is required")
+        re2, options = _google_re2(where)
         try:
-            self.regex = re.compile(pattern)
-        except re.error as exc:
-            raise InvalidGraph(f"{_node(info)}: invalid pattern {pattern!r}: {exc}") from None
+            regex = re2.compile(pattern, options)
+        except re2.error as exc:
+            raise InvalidGraph(
+                f"{where}: pattern {pattern!r} is not valid RE2 syntax ({exc}). RegexFullMatch"
+                " uses RE2, as onnxruntime does, which matches in linear time and so has no"
+                f" backreferences or lookaround; see {_RE2_SYNTAX}"
+            ) from None
+        self.regex = regex  # compiled once; RE2 objects are safe to share between threads
 
     def compute(self, x):
+        # UTF-8 bytes, as onnxruntime matches; for a str google-re2 would also map the
+        # match's byte offsets back to str indices, which a yes/no answer does not need.
         fullmatch = self.regex.fullmatch
-        return (_str_map(lambda s: fullmatch(s) is not None, _strings(x), bool),)
+        return (_str_map(lambda s: fullmatch(s.encode()) is not None, _strings(x), bool),)
 
 
 # ----------------------------------------------------------- TfIdfVectorizer
