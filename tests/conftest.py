@@ -22,6 +22,16 @@ from model_helpers import make_model, tensor  # noqa: E402
 from toy_provider import TOY_PLUGIN  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Per-user files onyxrt writes (the SimNPU cache's secret key) go to a folder of
+    this test session, never into the real home folder (which CI may not let us write)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config-home")))
+    yield
+    mp.undo()
+
+
 class PluginSite:
     """A folder on ``sys.path`` where tests create fake installed distributions."""
 

@@ -13,7 +13,9 @@ Compilation is a straight pipeline over the group's nodes, already in topologica
 :func:`cache_key` names the result for the on-disk cache: a sha256 over everything that
 can change the program (the subgraph's content, the value types, the constant bytes, the
 compile-relevant options and the provider version), and nothing that cannot (node names,
-the group's name).
+the group's name). :func:`program_mismatch` checks a program loaded from the cache
+against the group it is loaded for (its signature, not its weights: the cache
+authenticates those).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from onyxrt.protocol import FusedSubgraph
 from .ops import NPU_OPS, check_node, check_precision, storage_dtype, to_storage
 from .program import FORMAT_VERSION, Instruction, Program, io_type
 
-__all__ = ["CompileError", "compile_group", "cache_key", "COMPILE_OPTIONS"]
+__all__ = ["CompileError", "compile_group", "cache_key", "program_mismatch", "COMPILE_OPTIONS"]
 
 #: The provider options that change what :func:`compile_group` produces or how its
 #: cost is reported; they are part of :func:`cache_key`.
@@ -151,6 +153,36 @@ def _json_attrs(attrs: Mapping[str, Any], node: str) -> dict[str, Any]:
         return json.loads(json.dumps(attrs))
     except TypeError as exc:
         raise CompileError(f"node {node!r}: lowered attributes are not plain JSON: {exc}") from None
+
+
+def program_mismatch(program: Program, group: FusedSubgraph, precision: str) -> str | None:
+    """Why ``program`` cannot be what :func:`compile_group` builds for ``group`` at
+    ``precision``, or ``None`` when its signature fits: the precision, the outputs (in
+    order), inputs drawn from the group's runtime inputs, and the storage dtype and static
+    shape of each of them. A loaded program that passes can be run by the group's kernel
+    without a shape or dtype error; one that fails is recompiled."""
+    if program.precision != precision:
+        return f"precision {program.precision!r}, expected {precision!r}"
+    if list(program.outputs) != list(group.outputs):
+        return f"outputs {list(program.outputs)}, expected {list(group.outputs)}"
+    runtime = set(group.runtime_inputs)
+    if len(set(program.inputs)) != len(program.inputs) or not runtime.issuperset(program.inputs):
+        return f"inputs {list(program.inputs)} are not among {list(group.runtime_inputs)}"
+    for name in [*program.inputs, *program.outputs]:
+        expected = _static_io_type(group.graph, name, precision)
+        if expected is None:
+            return f"value {name!r} has no static type in the graph"
+        if program.io_types.get(name) != expected:
+            return f"value {name!r} is {program.io_types.get(name)}, expected {expected}"
+    return None
+
+
+def _static_io_type(graph: Graph, name: str, precision: str) -> tuple[str, tuple[int, ...]] | None:
+    vt = graph.value_type(name)
+    if vt is None or vt.dtype is None or vt.shape is None:
+        return None
+    dims = [d for d in vt.shape if isinstance(d, int)]
+    return io_type(vt.dtype, dims, precision) if len(dims) == len(vt.shape) else None
 
 
 # -- cache keys -------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,9 +24,9 @@ from onyxrt.progress import Progress
 from onyxrt.protocol import Capability, ExecutionProvider, FusedSubgraph, ProbeResult
 
 from . import __version__
-from .cache import ProgramCache
+from .cache import ENTRY_OVERHEAD_BYTES, ProgramCache
 from .capability import plan_capability
-from .compiler import cache_key, compile_group
+from .compiler import cache_key, compile_group, program_mismatch
 from .memory import NPU_MEMORY_SPACE, DeviceTensor, NpuMemory, SimNPUTransfer
 from .program import Program
 
@@ -102,7 +103,12 @@ class SimNPUExecutionProvider(ExecutionProvider):
             name="SimNPU device memory",
         )
         self.transfer = SimNPUTransfer(self.arena, self.options["precision"])
-        self.cache = ProgramCache(self.options["cache_dir"] or None)
+        # A program's baked weights stay resident, so they fit memory_limit: a bigger
+        # cache entry is not one this session could use, and is rejected unread.
+        self.cache = ProgramCache(
+            self.options["cache_dir"] or None,
+            max_entry_bytes=int(self.options["memory_limit"]) + ENTRY_OVERHEAD_BYTES,
+        )
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -125,9 +131,12 @@ class SimNPUExecutionProvider(ExecutionProvider):
         with Progress(len(subgraphs), f"{self.name}: compiling groups") as progress:
             for group in subgraphs:
                 key = cache_key(group, self.options, __version__)
-                program = self.cache.load(key)
+                precision = self.options["precision"]
+                program = self.cache.load(
+                    key, verify=partial(program_mismatch, group=group, precision=precision)
+                )
                 if program is None:
-                    program = compile_group(group, self.options["precision"])
+                    program = compile_group(group, precision)
                     self.cache.store(key, program)
                 kernels.append(NpuProgramKernel(group, program, self))
                 progress.advance()

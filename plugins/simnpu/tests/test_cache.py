@@ -1,4 +1,6 @@
-"""Cache keys and the on-disk program cache: hits, misses, corrupt entries rebuilt."""
+"""Cache keys and the on-disk program cache: hits, misses, corrupt entries rebuilt.
+
+Hostile cache folders and entries are in ``test_cache_security.py``."""
 
 from __future__ import annotations
 
@@ -88,6 +90,12 @@ def test_key_covers_value_types():
 
 
 # -- the disk cache ---------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _key_home(tmp_path_factory, monkeypatch):
+    """Each test's MAC secret in a fresh folder, never the user's own ~/.config."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
 @pytest.fixture
 def program() -> Program:
     return compile_group(_group(_model()), "fp16")
@@ -142,7 +150,10 @@ def test_corrupt_entry_is_deleted_and_rebuilt(tmp_path, program, caplog, damage)
         assert cache.load(key) is None
     assert not path.exists()
     assert (cache.hits, cache.misses, cache.rebuilt) == (0, 1, 1)
-    assert any("corrupt" in r.getMessage() and r.name == "onyxrt.simnpu" for r in caplog.records)
+    assert any(
+        str(path) in r.getMessage() and "rebuilt" in r.getMessage() and r.name == "onyxrt.simnpu"
+        for r in caplog.records
+    )
 
     # The caller recompiles and stores; the next load is a hit.
     cache.store(key, compile_group(_group(_model()), "fp16"))
@@ -159,7 +170,7 @@ def test_store_is_atomic_and_leaves_no_temporary_files(tmp_path, program, monkey
 
     other = _key(options={"precision": "fp32"})
 
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", failing_replace)
@@ -177,6 +188,8 @@ def test_unwritable_directory_is_not_fatal(tmp_path, program, caplog):
         cache.store(_key(), program)
     assert cache.load(_key()) is None
     assert cache.stores == 0
+    assert not cache.enabled and "cannot create it" in (cache.refused or "")
+    assert [str(blocker / "cache") in r.getMessage() for r in caplog.records] == [True]
 
 
 @pytest.mark.parametrize("key", ["../escape", "a/b", "", "x" * 200, "key.npuprog"])
