@@ -146,13 +146,90 @@ def test_worker_given_a_gpu_puts_cuda_first(monkeypatch: pytest.MonkeyPatch) -> 
         OnyxPredictor(small_cnn(), config_entries={"session.strict_providers": "1"})
 
 
-def test_a_failing_run_names_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def picker_batch(ids: np.ndarray, bad: list[int]) -> dict[str, np.ndarray]:
+    """A batch for picker(): the rows whose id is in ``bad`` hold an index out of range."""
+    idx = np.where(np.isin(ids, bad), 9, 0).astype(np.int64)[:, None]
+    return {"id": ids, "x": np.ones((len(ids), 4), np.float32), "idx": idx}
+
+
+def named_ids(text: str) -> set[int] | tuple[int, int]:
+    """The ids a message's ``id 500..549, 1200..1249`` names (or ``(lo, hi)`` for the
+    ``id 3..1999 in 57 separate runs`` form)."""
+    if " in " in text:
+        lo, hi = text.split(" in ")[0].split("..")
+        return int(lo), int(hi)
+    ids: set[int] = set()
+    for part in text.split(", "):
+        lo, _, hi = part.partition("..")
+        ids.update(range(int(lo), int(hi or lo) + 1))
+    return ids
+
+
+def test_a_failing_run_names_the_batch_and_the_row() -> None:
     p = OnyxPredictor(picker(), id_column="id")
-    x, idx = np.ones((4, 4), np.float32), np.zeros((4, 1), np.int64)
-    p({"id": np.arange(4), "x": x, "idx": idx})
-    idx[2] = 9
-    with pytest.raises(BatchInferenceError, match=r"batch 1 of worker .*4 rows; id 10\.\.13.*KernelError"):
-        p({"id": np.arange(10, 14), "x": x, "idx": idx})
+    p(picker_batch(np.arange(4), bad=[]))
+    with pytest.raises(BatchInferenceError, match=r"batch 1 of worker \S+ \(4 rows; id 10\.\.13\) failed at "
+                       r"row id=12 \(it fails when run alone\): KernelError: .*GatherElements"):
+        p(picker_batch(np.arange(10, 14), bad=[12]))
+
+
+def test_a_batch_in_any_order_is_named_by_its_id_set() -> None:
+    # Ray Data may hand a batch made of pieces of several blocks, in any order.
+    p = OnyxPredictor(picker(), id_column="id")
+    ids = np.concatenate([np.arange(1200, 1250), np.arange(500, 550)])
+    with pytest.raises(BatchInferenceError, match=r"\(100 rows; id 500\.\.549, 1200\.\.1249\) failed at row id=1234 "):
+        p(picker_batch(ids, bad=[1234]))
+    # Many separate runs: the span and how many runs; the failing rows by their ids.
+    ids = np.random.default_rng(0).permutation(2000)[:100]
+    with pytest.raises(BatchInferenceError) as info:
+        p(picker_batch(ids, bad=[int(ids[70]), int(ids[3])]))
+    first, second = sorted([int(ids[70]), int(ids[3])])
+    assert f"id {ids.min()}..{ids.max()} in " in str(info.value), info.value
+    assert f"failed at rows id={first}, {second} (each fails when run alone)" in str(info.value), info.value
+    # Without an id column: positions in the batch, and how to get ids.
+    p = OnyxPredictor(picker())
+    with pytest.raises(BatchInferenceError, match=r"pass id_column= to name its rows\) failed at row #7 of the batch"):
+        p({k: v for k, v in picker_batch(np.arange(20), bad=[7]).items() if k != "id"})
+
+
+def test_the_search_for_failing_rows_is_bounded_and_says_what_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = OnyxPredictor(picker(), id_column="id")
+    with pytest.raises(BatchInferenceError, match=r"failed at rows id=0\.\.9 \(each fails when run alone; "
+                       r"the search stopped after 10 rows\)"):
+        p(picker_batch(np.arange(100), bad=list(range(100))))
+    runs = p.stats.runs
+
+    real = p.session.run
+
+    def too_big(names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if len(feeds["x"]) > 60:  # a batch that fails only as a whole (e.g. out of memory)
+            raise ort.errors.OutOfMemory("too many rows at once")
+        return real(names, feeds)
+
+    monkeypatch.setattr(p.session, "run", too_big)
+    with pytest.raises(BatchInferenceError, match=r"failed \(neither half of it fails when run alone\): OutOfMemory"):
+        p(picker_batch(np.arange(100), bad=[]))
+
+    def rows_together(names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if {1, 2} <= set(feeds["x"][:, 0].tolist()):  # rows 1 and 2 fail only together
+            raise ort.errors.KernelError("rows 1 and 2")
+        return real(names, feeds)
+
+    monkeypatch.setattr(p.session, "run", rows_together)
+    batch = picker_batch(np.arange(100, 108), bad=[])
+    batch["x"][:, 0] = np.arange(8)
+    with pytest.raises(BatchInferenceError, match=r"failed \(no single row fails when run alone; the smallest failing "
+                       r"part found: rows id=100\.\.103\): KernelError: rows 1 and 2"):
+        p(batch)
+
+    def bad_feed(names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        raise ort.errors.InvalidInput("input 'x' has the wrong shape")  # the same for every row
+
+    monkeypatch.setattr(p.session, "run", bad_feed)
+    before = p.stats.runs
+    with pytest.raises(BatchInferenceError, match=r"\(100 rows; id 0\.\.99\) failed: InvalidInput: "):
+        p(picker_batch(np.arange(100), bad=[]))
+    assert p.stats.runs == before and runs < 40  # no search, and the bounded one was short
 
 
 # --------------------------------------------------------------------------- on a Ray cluster
@@ -236,14 +313,30 @@ def picker_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }, files=8)
 
 
-def test_a_batch_that_raises_surfaces_naming_the_batch(cluster: None, picker_dataset: Path) -> None:
+@pytest.fixture(scope="module")
+def shuffled_picker_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """picker_dataset with its ids in random order: no batch holds consecutive ids."""
+    ids = np.random.default_rng(2).permutation(2000)
+    idx = np.where(ids == 1234, 9, 0).astype(np.int64)
+    return write_parquet(tmp_path_factory.mktemp("shuffled-picker"), {
+        "id": pa.array(ids),
+        "x": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(2000 * 4, np.float32)), 4),
+        "idx": pa.FixedSizeListArray.from_arrays(pa.array(idx), 1),
+    }, files=8)
+
+
+def test_a_batch_that_raises_surfaces_naming_the_batch_and_the_row(
+    cluster: None, shuffled_picker_dataset: Path
+) -> None:
     with pytest.raises(BatchInferenceError) as info:
-        run_inference(ray.data.read_parquet(str(picker_dataset), override_num_blocks=8), picker(), workers=2,
-                      num_cpus_per_worker=0.5, batch_size=100, id_column="id")
+        run_inference(ray.data.read_parquet(str(shuffled_picker_dataset), override_num_blocks=8), picker(),
+                      workers=2, num_cpus_per_worker=0.5, batch_size=100, id_column="id")
     message = str(info.value)
-    named = re.search(r"batch \d+ of worker \S+ \(100 rows; id (\d+)\.\.(\d+)\)", message)
-    assert named and int(named[1]) <= 1234 <= int(named[2]), message  # the batch holding row 1234
-    assert "KernelError" in message and "GatherElements" in message, message
+    named = re.search(r"batch \d+ of worker \S+ \(\d+ rows; id ([^)]+)\) failed at row id=1234 "
+                      r"\(it fails when run alone\): KernelError: .*GatherElements", message)
+    assert named, message
+    ids = named_ids(named[1])  # the batch named holds row 1234
+    assert (ids[0] <= 1234 <= ids[1]) if isinstance(ids, tuple) else 1234 in ids, message
 
 
 def test_bad_rows_in_a_list_column_name_the_row(cluster: None, tmp_path: Path) -> None:

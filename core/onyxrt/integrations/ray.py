@@ -4,8 +4,9 @@
 actor, its ``__init__`` creates one :class:`onyxrt.InferenceSession`, and each call scores
 one batch of rows (``batch_format="numpy"``) and returns the model outputs as new columns.
 :func:`run_inference` wraps the whole job: it runs ``map_batches`` on an actor pool,
-checks that every input row came back, turns a failed batch into an error that names it,
-and gathers what each worker did (providers, placement, runs, time)::
+checks that every input row came back, turns a failed batch into an error that names it
+(and the rows in it that fail when run alone), and gathers what each worker did
+(providers, placement, runs, time)::
 
     import ray
     from onyxrt.integrations.ray import run_inference
@@ -68,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import elem_type_from_string, np_dtype
-from ..errors import InvalidArgument, InvalidInput, OnyxError
+from ..errors import InvalidArgument, InvalidInput, OnyxError, RunTerminated
 from ..session import InferenceSession
 from ..session_options import SessionOptions
 
@@ -93,6 +94,11 @@ __all__ = [
 
 CUDA = "CUDAExecutionProvider"
 _STATS_PREFIX = "onyxrt-worker-"
+# The search for the rows of a failed batch that fail on their own: at most this many rows
+# named, this many runs, and (see _failing_rows) a time limit, so that a failure costs a
+# few batches' worth of work, not a re-run of the batch row by row.
+_SEARCH_ROWS = 10
+_SEARCH_RUNS = 40
 
 
 # --------------------------------------------------------------------------- errors
@@ -115,7 +121,12 @@ class ColumnShapeError(ColumnError):
 
 class BatchInferenceError(OnyxError, RuntimeError):
     """Scoring one batch failed on a worker; the message names the batch (its ids when the
-    dataset has an id column), the worker and the original error."""
+    dataset has an id column), the worker, the rows that fail when run alone (when a short
+    search finds them) and the original error, e.g.::
+
+        batch 4 of worker node1:8123 (100 rows; id 500..549, 1200..1249) failed at row
+        id=1234 (it fails when run alone): KernelError: node 'GatherElements_0' ...
+    """
 
 
 class RowCountMismatch(OnyxError, RuntimeError):
@@ -133,6 +144,33 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def _runs(values: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """The distinct values, sorted, as ``(first, last)`` runs of consecutive integers."""
+    distinct = list(dict.fromkeys(values))
+    try:
+        distinct.sort()
+    except TypeError:  # values that do not compare (mixed types): keep their order
+        pass
+    runs: list[list[Any]] = []
+    for v in distinct:
+        last = runs[-1][1] if runs else None
+        if isinstance(v, int) and isinstance(last, int) and v == last + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return [(a, b) for a, b in runs]
+
+
+def _compact_ids(values: Sequence[Any], limit: int = 10) -> str:
+    """Row ids as text, whatever order Ray hands them in: ``"1200..1299"``,
+    ``"500..549, 1200..1249"``; past ``limit`` runs, ``"3..1999 in 57 separate runs"``."""
+    runs = _runs(values)
+    if len(runs) <= limit:
+        return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)
+    kind = "runs" if any(a != b for a, b in runs) else "values"
+    return f"{runs[0][0]}..{runs[-1][1]} in {len(runs)} separate {kind}"
 
 
 # --------------------------------------------------------------------------- worker stats
@@ -280,7 +318,8 @@ class OnyxPredictor:
             under their own names.
         passthrough_columns: columns copied to the result; default every column that is
             not fed to the model.
-        id_column: a column that identifies rows; failed batches are named by its values.
+        id_column: a column that identifies rows; failed batches and their failing rows
+            are named by its values (otherwise by position in the batch).
         worker_column: if set, a column of that name holding ``"hostname:pid"`` per row.
         stats_dir: a folder (shared by every node) where each worker keeps its
             :class:`WorkerStats` up to date; read it with :func:`read_worker_stats`.
@@ -380,14 +419,16 @@ class OnyxPredictor:
         rows = len(next(iter(batch.values()))) if batch else 0
         try:
             feeds = {spec.name: self._column(batch, spec, rows, index) for spec in self._inputs}
-            results = self._run(feeds, rows)
         except ColumnError:
             raise
         except Exception as exc:  # any failure: name the batch, keep the original as cause
-            raise BatchInferenceError(
-                f"{self._describe(batch, rows, index)} failed: "
-                f"{type(exc).__name__}: {_one_line(str(exc))}"
-            ) from exc
+            raise self._batch_error(batch, rows, index, exc) from exc
+        t0 = time.perf_counter()
+        try:
+            results = self._run(feeds, rows)
+        except Exception as exc:
+            culprits = self._failing_rows(batch, feeds, rows, exc, time.perf_counter() - t0)
+            raise self._batch_error(batch, rows, index, exc, culprits) from exc
         keep = self._passthrough
         if keep is None:
             fed = {spec.column for spec in self._inputs}
@@ -400,11 +441,87 @@ class OnyxPredictor:
         self._count(batches=1, rows=rows)
         return out
 
+    def _batch_error(
+        self, batch: Mapping[str, np.ndarray], rows: int, index: int, exc: Exception, culprits: str = ""
+    ) -> BatchInferenceError:
+        return BatchInferenceError(
+            f"{self._describe(batch, rows, index)} failed{culprits}: "
+            f"{type(exc).__name__}: {_one_line(str(exc))}"
+        )
+
+    def _failing_rows(
+        self, batch: Mapping[str, np.ndarray], feeds: dict[str, np.ndarray], rows: int, error: Exception,
+        seconds: float,
+    ) -> str:
+        """Which rows of a failed batch fail on their own, as text for the error ("" when
+        the error is not about row values).
+
+        Bisects: each half of a failing slice is run alone and the halves that fail with the
+        same kind of error are split again, first half first, down to single rows. One bad
+        row in ``n`` costs about ``2 log2 n`` runs over ``2n`` rows. The search stops after
+        :data:`_SEARCH_ROWS` rows, :data:`_SEARCH_RUNS` runs or ten times the failed run's
+        time (at least 2 s), and says so. A batch that fails while neither half does (a
+        failure that needs rows together, or a batch too large) is reported as such.
+        """
+        # Argument errors (a feed's shape or type, an output check) are the same for every
+        # row, and a terminated run was stopped on purpose: nothing to search for.
+        if rows < 2 or isinstance(error, (InvalidArgument, RunTerminated)):
+            return ""
+        deadline = time.perf_counter() + max(2.0, 10 * seconds)
+        found: list[int] = []
+        smallest = (0, rows)  # the smallest failing slice neither half of which fails
+        pending = [(0, rows)]  # slices known to fail, the next one last
+        runs, stopped = 0, False
+        while pending and len(found) < _SEARCH_ROWS:
+            lo, hi = pending.pop()
+            if hi - lo == 1:
+                found.append(lo)  # it failed as a half of its own
+                continue
+            if runs >= _SEARCH_RUNS or time.perf_counter() > deadline:
+                stopped = True
+                break
+            mid = (lo + hi) // 2
+            halves = ((lo, mid), (mid, hi))
+            failing = [(a, b) for a, b in halves if self._fails_alone(feeds, a, b, type(error))]
+            runs += 2
+            if not failing and hi - lo < smallest[1] - smallest[0]:
+                smallest = (lo, hi)
+            pending += reversed(failing)
+        more = f"; the search stopped after {runs} runs" if stopped else ""
+        if found:
+            if pending and not stopped:
+                more = f"; the search stopped after {len(found)} rows"
+            each = "it fails" if len(found) == 1 else "each fails"
+            return f" at {self._rows_named(batch, found)} ({each} when run alone{more})"
+        if stopped:
+            return f" (no single failing row found{more})"
+        if smallest == (0, rows):
+            return " (neither half of it fails when run alone)"
+        part = self._rows_named(batch, range(*smallest))
+        return f" (no single row fails when run alone; the smallest failing part found: {part})"
+
+    def _fails_alone(self, feeds: dict[str, np.ndarray], lo: int, hi: int, kind: type[Exception]) -> bool:
+        try:
+            self._run({name: value[lo:hi] for name, value in feeds.items()}, hi - lo)
+        except kind:
+            return True
+        except Exception:  # another error is not the failure being searched for
+            return False
+        return False
+
+    def _rows_named(self, batch: Mapping[str, np.ndarray], positions: Sequence[int]) -> str:
+        """``row id=1234``, ``rows id=3, 17..19``, or positions when there is no id column."""
+        rows = "row" if len(positions) == 1 else "rows"
+        key = self._id_column
+        if key is not None and key in batch:
+            return f"{rows} {key}={_compact_ids(np.asarray(batch[key])[list(positions)].tolist())}"
+        return f"{rows} #{_compact_ids(list(positions))} of the batch"
+
     def _describe(self, batch: Mapping[str, np.ndarray], rows: int, index: int) -> str:
         where = f"batch {index} of worker {self.stats.worker} ({rows} rows"
         ids = batch.get(self._id_column) if self._id_column else None
         if ids is not None and len(ids):
-            where += f"; {self._id_column} {ids[0]}..{ids[-1]}"
+            where += f"; {self._id_column} {_compact_ids(np.asarray(ids).tolist())}"
         elif self._id_column:
             where += f"; the batch has no column {self._id_column!r}"
         else:
@@ -562,12 +679,7 @@ def _missing_ids(source: Dataset, scored: Dataset, id_column: str, limit: int = 
     missing = np.setdiff1d(_ids(source, id_column), _ids(scored, id_column))
     if not len(missing):
         return ""
-    ranges: list[list[Any]] = []
-    for v in missing.tolist():
-        if ranges and isinstance(v, int) and v == ranges[-1][1] + 1:
-            ranges[-1][1] = v
-        else:
-            ranges.append([v, v])
+    ranges = _runs(missing.tolist())
     shown = ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in ranges[:limit])
     more = " ..." if len(ranges) > limit else ""
     return f"; {len(missing)} {id_column} value(s) missing: {shown}{more}"
