@@ -21,7 +21,6 @@ from onnx import numpy_helper
 
 from .errors import InvalidGraph, OnyxError
 from .kernels import ValueType, parse_attribute
-from .limits import check_allocation
 
 __all__ = ["Node", "Graph", "GraphView", "read_initializers", "subgraph_outer_names", "check_structure",
            "node_subgraphs", "SUBGRAPH_OPS", "tensor_array"]
@@ -118,8 +117,12 @@ def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
     types (``numpy_helper.to_array`` copies them once more and costs ~20 µs per call;
     a session reads every weight of a model, the optimizer some of them again), else
     ``numpy_helper.to_array``. Raises what ``to_array`` raises for unreadable bytes."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        # The loader reads every external tensor (onyxrt.external_data); one still
+        # external was not loaded, and onnx would read it relative to the working directory.
+        raise ValueError("it refers to external data that was not loaded with the model")
     dtype = _RAW_TYPES.get(tensor.data_type)
-    if dtype is not None and sys.byteorder == "little" and tensor.data_location != onnx.TensorProto.EXTERNAL:
+    if dtype is not None and sys.byteorder == "little":
         raw = tensor.raw_data  # (a copy: upb hands out bytes fields as new objects)
         if raw:
             flat = np.frombuffer(raw, dtype=dtype) if len(raw) % dtype.itemsize == 0 else None
@@ -304,15 +307,13 @@ def _size_mismatch(t: onnx.TensorProto) -> str:
 
 
 def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
-    values = numpy_helper.to_array(st.values)
-    indices = numpy_helper.to_array(st.indices).astype(np.int64)
-    # A few values can declare enormous dims: size the dense tensor before allocating it.
-    check_allocation(st.dims, values.dtype, f"sparse initializer {st.values.name!r} (densified)")
-    dense = np.zeros(math.prod(st.dims), dtype=values.dtype)
-    if indices.ndim == 2:
-        indices = np.ravel_multi_index(indices.T, tuple(st.dims))
-    dense[indices] = values
-    return dense.reshape(tuple(st.dims))
+    """A sparse initializer's dense array. Raises :class:`~onyxrt.errors.InvalidGraph`
+    naming it and the index at fault for indices outside its dims (as onnxruntime does;
+    numpy would wrap -1 round to the last element) or of the wrong shape; unsorted
+    indices are fine and a repeated one keeps its last value, as in onnxruntime."""
+    from .sparse import dense_from_proto
+
+    return dense_from_proto(st, f"sparse initializer {st.values.name!r}")
 
 
 def check_structure(graph: onnx.GraphProto) -> None:

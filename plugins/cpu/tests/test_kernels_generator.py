@@ -146,13 +146,20 @@ def test_constant_value_tensor(arr) -> None:
 
 
 def test_constant_sparse_and_missing() -> None:
-    sparse = helper.make_sparse_tensor(
-        numpy_helper.from_array(np.array([1.0], np.float32)),
-        numpy_helper.from_array(np.array([0], np.int64)),
-        [3],
-    )
-    with pytest.raises(InvalidGraph, match="sparse"):
-        run_ours(one_node("Constant", [], sparse_value=sparse), 13)
+    def sparse(indices: list[int]) -> onnx.SparseTensorProto:
+        return helper.make_sparse_tensor(
+            numpy_helper.from_array(np.arange(1, len(indices) + 1, dtype=np.float32)),
+            numpy_helper.from_array(np.array(indices, np.int64)),
+            [3],
+        )
+
+    # Densified as onnxruntime does: unsorted indices, a repeat keeps its last value.
+    (y,) = run_ours(one_node("Constant", [], sparse_value=sparse([2, 0, 2])), 13)
+    np.testing.assert_array_equal(y, np.array([2.0, 0.0, 3.0], np.float32))
+    assert y.dtype == np.float32
+    # An index outside the dense shape names the node and the index (onnxruntime refuses too).
+    with pytest.raises(InvalidGraph, match=r"'test_Constant'.*holds -1, outside 0\.\.2"):
+        run_ours(one_node("Constant", [], sparse_value=sparse([-1])), 13)
     with pytest.raises(InvalidGraph, match="exactly one"):
         run_ours(one_node("Constant", []), 13)
 

@@ -78,8 +78,12 @@ class Constant(Kernel):
         name = present[0]
         v = info.attributes[name]
         if name == "sparse_value":
-            raise _invalid(info, "sparse_value (a sparse tensor constant) is not supported")
-        if name == "value":
+            # Densified as onnxruntime does, with the core's index checks (InvalidGraph
+            # naming this node and the index for one outside the dense shape).
+            from onyxrt.sparse import dense_from_proto
+
+            arr = dense_from_proto(v, f"node {info.node_name!r} (Constant): sparse_value")
+        elif name == "value":
             arr = np.array(v, copy=True)
         elif name == "value_float":
             arr = np.array(v, dtype=np.float32)
