@@ -5,7 +5,8 @@ Relu on float32) plus a set of switches: a test puts fault names into :data:`FAU
 before creating a session (creation-time faults) or between runs (run-time faults), and
 the fixture in ``test_plugin_failures.py`` empties it afterwards.
 
-Creation-time faults: ``probe_raises``, ``probe_hangs`` (until :data:`RELEASE` is set),
+Creation-time faults: ``probe_raises``, ``probe_exits`` (``sys.exit()`` from the probe),
+``probe_hangs`` (until :data:`RELEASE` is set),
 ``capability_raises``, ``capability_returns_none``, ``claims_unknown_nodes``,
 ``fused_overlap``, ``fused_all`` (one fused claim on every node it can run),
 ``compile_raises``, ``compile_wrong_count``, ``create_kernel_raises``.
@@ -16,6 +17,7 @@ Run-time faults: ``compute_raises``, ``compute_too_few``, ``compute_too_many``,
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -117,6 +119,8 @@ class FaultyExecutionProvider(ToyDeviceExecutionProvider):
     def probe(cls) -> ProbeResult:
         if "probe_raises" in FAULTS:
             raise RuntimeError("libfaulty.so: symbol lookup error")
+        if "probe_exits" in FAULTS:
+            sys.exit("libfaulty.so: fatal driver error, exiting")
         if "probe_hangs" in FAULTS:
             RELEASE.wait(60)
         return ProbeResult(True)

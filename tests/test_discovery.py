@@ -8,7 +8,6 @@ from toy_provider import TOY_PLUGIN
 
 import onyxrt as ort
 from onyxrt.discovery import catalog
-from onyxrt.errors import DuplicateProviderError
 
 BROKEN_PLUGIN = """
 raise ImportError("libmyaccel.so.3: cannot open shared object file")
@@ -94,12 +93,15 @@ def test_requesting_an_unusable_provider_warns_with_the_reason_and_runs_on_cpu(p
     assert "plug in the card" in sess.fallbacks[0].fix
 
 
-def test_duplicate_provider_name_is_an_error_naming_both_packages(plugin_site):
+def test_duplicate_provider_name_is_recorded_naming_both_packages_and_one_is_kept(plugin_site):
     plugin_site.add_distribution("onyxrt-toy", {"toy": "toy_plugin"}, {"toy_plugin": TOY_PLUGIN})
     plugin_site.add_distribution("onyxrt-toy-fork", {"toyfork": "toy_fork_plugin"}, {"toy_fork_plugin": TOY_PLUGIN})
-    with pytest.raises(DuplicateProviderError) as err:
-        ort.get_available_providers()
-    assert "onyxrt-toy" in str(err.value) and "onyxrt-toy-fork" in str(err.value)
+    assert "ToyDeviceExecutionProvider" in ort.get_available_providers()
+    assert catalog().specs["ToyDeviceExecutionProvider"].package == "onyxrt-toy"  # first by name
+    (failure,) = catalog().failures
+    assert failure.package == "onyxrt-toy-fork" and failure.entry_point == "toyfork"
+    assert "'onyxrt-toy' (kept" in failure.error and "'onyxrt-toy-fork' (ignored)" in failure.error
+    assert "ONYXRT_PLUGINS=-<package>" in failure.fix
 
 
 def test_protocol_version_mismatch_is_reported_not_loaded(plugin_site):

@@ -125,6 +125,17 @@ def test_probe_that_raises_marks_the_provider_unusable(faulty, model):
     _strict_fails(model, {"probe_raises"}, "symbol lookup error")
 
 
+def test_probe_that_calls_sys_exit_marks_the_provider_unusable(faulty, model):
+    """SystemExit from plugin code is that plugin's failure, not the end of the program."""
+    faulty.add("probe_exits")
+    status = catalog().status(NAME)
+    assert not status.usable
+    assert status.reason == f"{PACKAGE} failed to load or probe: SystemExit: libfaulty.so: fatal driver error, exiting"
+    assert NAME not in ort.get_available_providers()
+    _session_falls_back(model, set(), "SystemExit")
+    _strict_fails(model, {"probe_exits"}, "SystemExit")
+
+
 def test_probe_that_hangs_is_cut_off_after_the_timeout(faulty, model, monkeypatch):
     monkeypatch.setenv("ONYXRT_PROBE_TIMEOUT_S", "0.5")
     reset_catalog()

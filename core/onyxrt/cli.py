@@ -302,7 +302,9 @@ def _plugin_failures() -> list[dict[str, str]]:
     cat = catalog()
     return [
         {"entry_point": f.entry_point, "package": f.package, "error": f.error,
-         "traceback": f.traceback}
+         "traceback": f.traceback,
+         # A timeout or a duplicate name says what to do; otherwise reinstalling is.
+         "fix": f.fix or (f"pip install --force-reinstall {f.package}" if f.package else "")}
         for f in cat.failures
     ]
 
@@ -369,8 +371,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         _out("plugins that failed to load:")
     for f in failures:
         _out(f"!! {f['entry_point']} ({f['package'] or 'unknown package'}): {f['error']}")
-        if f["package"]:
-            _out(f"    fix: pip install --force-reinstall {f['package']}")
+        if f["fix"]:
+            _out(f"    fix: {f['fix']}")
         for line in f["traceback"].strip().splitlines()[-3:]:
             _out(f"    | {line}")
     for x in catalog().excluded:

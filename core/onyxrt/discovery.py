@@ -2,26 +2,68 @@
 
 pluggy's own ``load_setuptools_entrypoints`` stops at the first plugin that fails to
 import; :class:`ProviderCatalog` loads each entry point on its own instead, so one broken
-plugin is recorded (with its package and error) and the others keep working.
+plugin is recorded in :attr:`ProviderCatalog.failures` (with its package and error) and
+the others keep working.
 
 The environment variable ``ONYXRT_PLUGINS`` restricts what loads: a comma-separated list
 of entry-point names or distribution names. Items starting with ``-``
 exclude; a list of only exclusions loads everything else. Example:
 ``ONYXRT_PLUGINS=cpu,onyxrt-simnpu`` or ``ONYXRT_PLUGINS=-cuda``.
 
-A provider's probe runs on its own thread and is given ``ONYXRT_PROBE_TIMEOUT_S`` seconds
-(default 10): a probe stuck in a driver call marks the provider unusable ("probe did not
-finish within N s") instead of hanging every session.
+**Plugin code runs time-bounded, on its own thread.** Importing a plugin's module,
+calling its ``onyxrt_providers`` hook and calling a provider's factory (which imports the
+provider class) are each given ``ONYXRT_PLUGIN_LOAD_TIMEOUT_S`` seconds (default 30); a
+provider's probe is given ``ONYXRT_PROBE_TIMEOUT_S`` (default 10). Each runs on a daemon
+thread the caller waits for; one that does not finish in time is recorded as that
+plugin's failure (or marks the provider unusable) instead of hanging every listing and
+session, and is left to finish or die with the process. While such a call is still
+running, a later catalog (after :func:`reset_catalog`) does not start it again but waits
+only for what is left of the same bound: an import stuck inside a plugin module keeps
+Python's per-module import lock, and a second import of that module would block on it.
+What cannot be bounded: a plugin that holds the lock of a module others need (one stuck
+half-way through importing numpy blocks every later ``import numpy``), and one that ends
+the process outright (``os._exit``, a crash in native code).
+
+**Exceptions.** Anything plugin code raises there, ``BaseException`` included
+(``sys.exit()`` → ``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``), is recorded
+as that plugin's failure. A ``KeyboardInterrupt`` is recorded too: Python delivers the
+user's Ctrl+C (SIGINT) only to the main thread, and plugin code never runs there, so one
+raised on a plugin's thread came from the plugin itself. The user's own Ctrl+C interrupts
+the caller's wait and propagates unchanged; the interrupted plugin is loaded again by the
+next query (joining the call still in flight). The one case that cannot be told apart —
+a plugin calling ``_thread.interrupt_main()`` — propagates like the user's Ctrl+C.
+
+**Duplicate provider names** do not break anything: the first declaration is kept and
+each later one is recorded in :attr:`ProviderCatalog.failures`, naming both packages.
+Plugins load in a fixed order, so which one is kept does not depend on ``sys.path``:
+first-party plugins (from distributions named ``onyxrt-*``; for an entry point without a
+distribution, from modules named ``onyxrt_*``) before the others, then by distribution
+name and entry-point name. A third-party package declaring ``CPUExecutionProvider``
+therefore never replaces onyxrt-cpu's. (The name is a convention, not a trust boundary:
+any installed package can run code at import.)
+
+**Lazy loading.** A plugin's entry-point name (``cpu``) says nothing of the provider names
+it declares (``CPUExecutionProvider``): only its hook tells, so listing everything
+(:meth:`~ProviderCatalog.names`, :meth:`~ProviderCatalog.available`, reading
+``specs``/``failures``/``excluded``) imports every selected plugin. Asking for named
+providers (:meth:`~ProviderCatalog.provides`, :meth:`~ProviderCatalog.status`) imports
+plugins in the order above only until one declares the name; because a name's first
+declaration in that order is the one a full load keeps, the answer is the same as after
+importing everything, and plugins after it (a third-party package that patches numpy, for
+a session that asks for the CPU only) are not imported.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.metadata
 import os
+import re
 import threading
+import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,7 +78,9 @@ __all__ = [
     "PLUGINS_ENV_VAR",
     "KNOWN_PROVIDER_NAMES",
     "PROBE_TIMEOUT_ENV_VAR",
+    "PLUGIN_LOAD_TIMEOUT_ENV_VAR",
     "probe_timeout",
+    "plugin_load_timeout",
     "provider_label",
     "PluginFailure",
     "ProviderStatus",
@@ -47,8 +91,13 @@ __all__ = [
 
 PLUGINS_ENV_VAR = "ONYXRT_PLUGINS"
 PROBE_TIMEOUT_ENV_VAR = "ONYXRT_PROBE_TIMEOUT_S"
+PLUGIN_LOAD_TIMEOUT_ENV_VAR = "ONYXRT_PLUGIN_LOAD_TIMEOUT_S"
 #: Seconds a provider's probe may take before it is marked unusable.
 DEFAULT_PROBE_TIMEOUT_S = 10.0
+#: Seconds a plugin's import, its hook or a provider's factory may take. Longer than the
+#: probe's: a plugin module or a provider class may import a large framework, which takes
+#: seconds from a cold disk.
+DEFAULT_PLUGIN_LOAD_TIMEOUT_S = 30.0
 CPU_PROVIDER = "CPUExecutionProvider"
 #: Every provider name onnxruntime's builds know (its ``get_all_providers()``) plus the
 #: ones onyxrt's packages add: a name outside these that is not installed is a typo
@@ -65,57 +114,151 @@ KNOWN_PROVIDER_NAMES = frozenset({
 })
 
 
-def probe_timeout() -> float:
-    """The probe time limit in seconds (``ONYXRT_PROBE_TIMEOUT_S``, default 10)."""
-    raw = os.environ.get(PROBE_TIMEOUT_ENV_VAR, "").strip()
+def _seconds_from_env(var: str, default: float) -> float:
+    raw = os.environ.get(var, "").strip()
     if not raw:
-        return DEFAULT_PROBE_TIMEOUT_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise InvalidArgument(
-            f"{PROBE_TIMEOUT_ENV_VAR} must be a positive number of seconds, got {raw!r}"
-        )
+        raise InvalidArgument(f"{var} must be a positive number of seconds, got {raw!r}")
     return value
 
 
-def _probe_with_timeout(cls: type[ExecutionProvider], label: str, limit: float) -> ProbeResult:
-    """``cls.probe()`` on a daemon thread, given up after ``limit`` seconds: a probe stuck
-    in a driver call marks its provider unusable instead of hanging every session (the
-    thread is left to finish or die with the process)."""
-    outcome: list[Any] = []
+def probe_timeout() -> float:
+    """The probe time limit in seconds (``ONYXRT_PROBE_TIMEOUT_S``, default 10)."""
+    return _seconds_from_env(PROBE_TIMEOUT_ENV_VAR, DEFAULT_PROBE_TIMEOUT_S)
 
-    def target() -> None:
+
+def plugin_load_timeout() -> float:
+    """The time limit in seconds for importing a plugin, calling its hook and calling a
+    provider's factory, each (``ONYXRT_PLUGIN_LOAD_TIMEOUT_S``, default 30)."""
+    return _seconds_from_env(PLUGIN_LOAD_TIMEOUT_ENV_VAR, DEFAULT_PLUGIN_LOAD_TIMEOUT_S)
+
+
+# -- calling plugin code ------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _PluginCall:
+    """One call into plugin code, on its own daemon thread. ``error`` and ``traceback``
+    are formatted on that thread (an exception's ``__str__`` is plugin code too)."""
+
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: str = ""
+    traceback: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+
+#: Keyed calls still running (imports, hooks, factories), process-wide like the import
+#: locks they may hold: a later catalog joins one instead of starting it again.
+_running: dict[str, _PluginCall] = {}
+_running_lock = threading.Lock()
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        message = str(exc)
+    except BaseException:  # a plugin's __str__ may raise anything
+        message = "<the exception's message could not be read>"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _run_call(call: _PluginCall, fn: Callable[[], Any], key: str | None) -> None:
+    try:
+        call.value = fn()
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt...: see the module doc
+        call.error = _describe(exc)
         try:
-            outcome.append(cls.probe())
-        except BaseException as exc:  # handed to the caller's thread below
-            outcome.append(exc)
+            call.traceback = traceback.format_exc()
+        except BaseException:  # formatting runs the exception's __str__ again
+            call.traceback = ""
+    finally:
+        if key is not None:
+            with _running_lock:
+                if _running.get(key) is call:
+                    del _running[key]
+        call.done.set()
 
-    thread = threading.Thread(target=target, name=f"onyxrt-probe-{cls.__name__}", daemon=True)
-    thread.start()
-    thread.join(limit)
-    if not outcome:
-        return ProbeResult(
-            False,
-            f"{label} probe did not finish within {limit:g} s",
-            fix=f"check the device and its driver, raise {PROBE_TIMEOUT_ENV_VAR}, or exclude "
-            f"the plugin with {PLUGINS_ENV_VAR}=-<package>",
-        )
-    result = outcome[0]
-    if isinstance(result, BaseException):
-        raise result
+
+def _call_plugin(
+    fn: Callable[[], Any], limit: float, thread_name: str, key: str | None = None
+) -> tuple[_PluginCall, bool]:
+    """Run ``fn`` on a daemon thread and wait for it up to ``limit`` seconds; returns the
+    call (``finished`` or not) and whether it was started by an earlier caller.
+
+    With a ``key``, a call still running under that key is joined rather than started
+    again (see the module doc), and waited for only what is left of ``limit`` since it
+    started. A ``KeyboardInterrupt`` while waiting is the user's: it propagates.
+    """
+    thread: threading.Thread | None = None
+    with _running_lock:
+        call = _running.get(key) if key is not None else None
+        earlier = call is not None
+        if call is None:
+            call = _PluginCall(time.monotonic())
+            if key is not None:
+                _running[key] = call
+            thread = threading.Thread(target=_run_call, args=(call, fn, key), name=thread_name,
+                                      daemon=True)
+    if thread is not None:
+        try:
+            thread.start()
+        except RuntimeError:  # no new threads at interpreter shutdown: run it here, unbounded
+            _run_call(call, fn, key)
+    remaining = limit - (time.monotonic() - call.started)
+    if remaining > 0:
+        call.done.wait(remaining)
+    return call, earlier
+
+
+def _provider_class(factory: Callable[[], Any]) -> type[ExecutionProvider]:
+    cls = factory()
+    if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
+        raise TypeError(f"factory returned {cls!r}, not an ExecutionProvider subclass")
+    return cls
+
+
+def _checked_probe(cls: type[ExecutionProvider]) -> ProbeResult:
+    """``cls.probe()``, copied into a plain :class:`ProbeResult` (on the probe's thread:
+    reading a plugin's result is running its code)."""
+    result = cls.probe()
     if not isinstance(result, ProbeResult):
         raise TypeError(f"probe() returned {type(result).__name__}, expected ProbeResult")
-    return result
+    return ProbeResult(bool(result.usable), str(result.reason), str(result.fix),
+                       {str(k): str(v) for k, v in dict(result.details).items()})
+
+
+def _declared_specs(hook: Callable[[], Any], package: str, version: str) -> list[ProviderSpec | str]:
+    """A plugin's ``onyxrt_providers()``: its specs with the package filled in, or a
+    message for each item that is not a :class:`ProviderSpec` (run on the plugin's
+    thread: iterating what a hook returned runs its code)."""
+    specs: list[ProviderSpec | str] = []
+    for spec in list(hook() or ()):
+        if not isinstance(spec, ProviderSpec):
+            specs.append(f"onyxrt_providers() returned {type(spec).__name__}, expected ProviderSpec")
+            continue
+        specs.append(replace(spec, package=spec.package or package,
+                             package_version=spec.package_version or version))
+    return specs
+
+
+# -- what is installed --------------------------------------------------------------------
 
 
 def provider_label(name: str) -> str:
     """``name`` with the package that installed it, for error messages:
     ``"FooExecutionProvider (from onyxrt-foo 1.2)"`` (the bare name when unknown)."""
     cat = _catalog
-    spec = cat.specs.get(name) if cat is not None else None
+    # _specs, not specs: a label must not import the plugins not loaded yet.
+    spec = cat._specs.get(name) if cat is not None else None
     if spec is None or not spec.package:
         return name
     version = f" {spec.package_version}" if spec.package_version else ""
@@ -124,12 +267,14 @@ def provider_label(name: str) -> str:
 
 @dataclass(frozen=True)
 class PluginFailure:
-    """A plugin that could not be loaded, and why."""
+    """A plugin that could not be loaded (or a provider declaration that was ignored),
+    why, and what to do about it (``fix``, empty when reinstalling is the fix)."""
 
     entry_point: str
     package: str
     error: str
     traceback: str = ""
+    fix: str = ""
 
     def __str__(self) -> str:
         return f"plugin {self.entry_point!r} from {self.package or 'unknown package'}: {self.error}"
@@ -182,8 +327,52 @@ def _selected(keys: Iterable[str], allow: set[str], deny: set[str]) -> bool:
     return not allow or bool(lowered & allow)
 
 
+def _normalized(package: str) -> str:
+    """A distribution name as pip compares them (PEP 503): ``Onyxrt_CPU`` → ``onyxrt-cpu``."""
+    return re.sub(r"[-_.]+", "-", package).lower()
+
+
+@dataclass(frozen=True)
+class _PluginEntry:
+    """An entry point with what loading it needs: its distribution and whether it is
+    first-party (see the module doc)."""
+
+    entry_point: Any
+    package: str
+    version: str
+    first_party: bool
+
+    @property
+    def name(self) -> str:
+        return str(self.entry_point.name)
+
+    @property
+    def module(self) -> str:
+        return str(getattr(self.entry_point, "value", "")).split(":")[0].strip()
+
+    @classmethod
+    def of(cls, ep: Any) -> _PluginEntry:
+        dist = getattr(ep, "dist", None)
+        package = str(getattr(dist, "name", "") or "") if dist is not None else ""
+        version = str(getattr(dist, "version", "") or "") if dist is not None else ""
+        entry = cls(ep, package, version, False)
+        if package:
+            first_party = _normalized(package).startswith(f"{PROJECT_NAME}-")
+        else:
+            first_party = entry.module.split(".")[0].startswith(f"{PROJECT_NAME}_")
+        return replace(entry, first_party=first_party)
+
+    def order(self) -> tuple[bool, str, str, str]:
+        """The load order: first-party first, then by distribution and entry point."""
+        return (not self.first_party, _normalized(self.package), self.name, self.module)
+
+
 class ProviderCatalog:
     """The providers installed in this environment (one per process, see :func:`catalog`).
+
+    Plugins are imported on first need: a listing imports them all, a question about
+    named providers (:meth:`provides`, :meth:`status`) only those up to the first that
+    declares each name (see the module doc).
 
     Tests build their own catalog (``ProviderCatalog(entry_points=[...])``) so each gets
     a fresh plugin manager.
@@ -192,110 +381,173 @@ class ProviderCatalog:
     def __init__(self, entry_points: Sequence[importlib.metadata.EntryPoint] | None = None) -> None:
         self._entry_points = entry_points
         self._lock = threading.RLock()
-        self._loaded = False
+        #: Selected entry points not imported yet, in load order; None until listed.
+        self._pending: list[_PluginEntry] | None = None
         self.plugin_manager = pluggy.PluginManager(PROJECT_NAME)
         self.plugin_manager.add_hookspecs(ProviderHooks)
-        self.specs: dict[str, ProviderSpec] = {}
-        self.failures: list[PluginFailure] = []
-        self.excluded: list[str] = []
+        self._specs: dict[str, ProviderSpec] = {}
+        #: provider name -> the entry point whose declaration was kept.
+        self._origins: dict[str, _PluginEntry] = {}
+        self._failures: list[PluginFailure] = []
+        self._excluded: list[str] = []
         self._classes: dict[str, type[ExecutionProvider]] = {}
         self._status: dict[str, ProviderStatus] = {}
         #: registration name -> provider names, of register_library.
         self._libraries: dict[str, tuple[str, list[str]]] = {}
 
+    # -- what a full load knows -------------------------------------------------------
+    @property
+    def specs(self) -> dict[str, ProviderSpec]:
+        """Every installed provider's spec, by name (imports every selected plugin)."""
+        return self.load()._specs
+
+    @property
+    def failures(self) -> list[PluginFailure]:
+        """Plugins that failed to load and declarations that were ignored (imports every
+        selected plugin)."""
+        return self.load()._failures
+
+    @property
+    def excluded(self) -> list[str]:
+        """Plugins ``ONYXRT_PLUGINS`` excluded, never imported."""
+        return self.load()._excluded
+
     # -- loading ---------------------------------------------------------------------
     def load(self) -> ProviderCatalog:
         """Load every selected entry point once; later calls do nothing."""
         with self._lock:
-            if self._loaded:
-                return self
+            pending = self._plan()
+            while pending:
+                self._load_next(pending)
+            return self
+
+    def provides(self, name: str) -> bool:
+        """Whether an installed plugin declares the provider ``name``. Imports plugins in
+        load order only until one does (all of them when none does)."""
+        with self._lock:
+            pending = self._plan()
+            while name not in self._specs and pending:
+                self._load_next(pending)
+            return name in self._specs
+
+    def _plan(self) -> list[_PluginEntry]:
+        if self._pending is None:
             eps = (
                 list(self._entry_points)
                 if self._entry_points is not None
                 else list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
             )
             allow, deny = _env_filter()
+            entries = []
             for ep in eps:
-                dist = getattr(ep, "dist", None)
-                package = dist.name if dist is not None else ""
-                version = dist.version if dist is not None else ""
-                if not _selected([ep.name, package], allow, deny):
+                entry = _PluginEntry.of(ep)
+                if not _selected([entry.name, entry.package], allow, deny):
                     # Not imported at all: an excluded plugin cannot break anything.
-                    self.excluded.append(f"{ep.name} ({package}) excluded by {PLUGINS_ENV_VAR}")
+                    self._excluded.append(f"{entry.name} ({entry.package}) excluded by {PLUGINS_ENV_VAR}")
                     continue
-                self._load_entry_point(ep, package, version)
-            self._loaded = True
-            return self
+                entries.append(entry)
+            self._pending = sorted(entries, key=_PluginEntry.order)
+        return self._pending
 
-    def _load_entry_point(self, ep: Any, package: str, version: str) -> None:
-        try:
-            plugin = ep.load()
-        except Exception as exc:
-            self.failures.append(
-                PluginFailure(ep.name, package, f"failed to import: {type(exc).__name__}: {exc}",
-                              traceback.format_exc())
-            )
-            return
-        try:
-            self.plugin_manager.register(plugin, name=f"{package or '?'}:{ep.name}")
-        except Exception as exc:  # e.g. two entry points naming one module
-            self.failures.append(
-                PluginFailure(ep.name, package, f"could not be registered: {type(exc).__name__}: {exc}")
-            )
-            return
-        hook = self.plugin_manager.hook.onyxrt_providers
-        for impl in hook.get_hookimpls():
-            if impl.plugin is not plugin:
-                continue
-            try:
-                returned: Any = impl.function()
-                specs = list(returned or ())
-            except Exception as exc:
-                self.failures.append(
-                    PluginFailure(ep.name, package,
-                                  f"onyxrt_providers() raised {type(exc).__name__}: {exc}",
-                                  traceback.format_exc())
-                )
-                continue
-            for spec in specs:
-                if not isinstance(spec, ProviderSpec):
-                    self.failures.append(
-                        PluginFailure(ep.name, package,
-                                      f"onyxrt_providers() returned {type(spec).__name__}, "
-                                      "expected ProviderSpec")
-                    )
-                    continue
-                self._add_spec(
-                    replace(spec, package=spec.package or package,
-                            package_version=spec.package_version or version),
-                    ep.name,
-                )
+    def _load_next(self, pending: list[_PluginEntry]) -> None:
+        # Popped only once loaded: after the user's Ctrl+C (or a bad time-limit setting)
+        # the next query loads it again.
+        self._load_entry_point(pending[0])
+        pending.pop(0)
 
-    def _add_spec(self, spec: ProviderSpec, ep_name: str) -> None:
+    def _fail(self, entry: _PluginEntry, error: str, tb: str = "", fix: str = "") -> None:
+        self._failures.append(PluginFailure(entry.name, entry.package, error, tb, fix))
+
+    def _timed_out(self, entry: _PluginEntry, what: str, limit: float, earlier: bool) -> None:
+        exclude = f"{PLUGINS_ENV_VAR}=-{entry.package or entry.name}"
+        fix = (f"set {PLUGIN_LOAD_TIMEOUT_ENV_VAR} above {limit:g} if it is only slow, or "
+               f"exclude the plugin with {exclude}")
+        still = ", started by an earlier attempt and still running" if earlier else ""
+        self._fail(entry, f"{what} did not finish within {limit:g} s{still} "
+                          f"({PLUGIN_LOAD_TIMEOUT_ENV_VAR}); {fix}", fix=fix)
+
+    def _load_entry_point(self, entry: _PluginEntry) -> None:
+        limit = plugin_load_timeout()  # a bad setting is the user's to fix: raised
+        ep, package = entry.entry_point, entry.package
+        call, earlier = _call_plugin(ep.load, limit, f"onyxrt-import-{entry.name}",
+                                     key=f"import {entry.module}")
+        if not call.finished:
+            self._timed_out(entry, f"importing {entry.module!r}", limit, earlier)
+            return
+        if call.error:
+            self._fail(entry, f"failed to import: {call.error}", call.traceback)
+            return
+        plugin = call.value
+        registration = f"{package or '?'}:{entry.name}"
+        try:
+            self.plugin_manager.register(plugin, name=registration)
+        except KeyboardInterrupt:
+            raise  # on the caller's thread: the user's
+        except BaseException as exc:  # e.g. two entry points naming one module
+            self._fail(entry, f"could not be registered: {_describe(exc)}")
+            return
+        declared: list[ProviderSpec | str] = []
+        try:
+            impls = [i for i in self.plugin_manager.hook.onyxrt_providers.get_hookimpls() if i.plugin is plugin]
+            for index, impl in enumerate(impls):
+                call, earlier = _call_plugin(
+                    functools.partial(_declared_specs, impl.function, package, entry.version),
+                    limit, f"onyxrt-hook-{entry.name}", key=f"hook {registration}#{index}",
+                )
+                if not call.finished:
+                    self._timed_out(entry, "onyxrt_providers()", limit, earlier)
+                elif call.error:
+                    self._fail(entry, f"onyxrt_providers() raised {call.error}", call.traceback)
+                else:
+                    declared.extend(call.value)
+        except BaseException:
+            # The user's Ctrl+C while waiting: forget the registration, so that loading
+            # this entry point again starts from a clean plugin manager.
+            self.plugin_manager.unregister(name=registration)
+            raise
+        for spec in declared:
+            if isinstance(spec, str):
+                self._fail(entry, spec)
+            else:
+                self._add_spec(spec, entry)
+
+    def _add_spec(self, spec: ProviderSpec, entry: _PluginEntry) -> None:
         if spec.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
-            err = ProtocolVersionError(
+            version_error = ProtocolVersionError(
                 f"{spec.name} from {spec.package} implements provider protocol version "
                 f"{spec.protocol_version}, but this onyxrt core supports "
                 f"{sorted(SUPPORTED_PROTOCOL_VERSIONS)}. Install a {spec.package} release "
                 "built for this onyxrt, or upgrade onyxrt."
             )
-            self.failures.append(PluginFailure(ep_name, spec.package, str(err)))
+            self._fail(entry, str(version_error))
             return
-        existing = self.specs.get(spec.name)
-        if existing is not None:
-            raise DuplicateProviderError(
-                f"provider {spec.name!r} is registered by two packages: {existing.package!r} "
-                f"and {spec.package!r}. Uninstall one of them, or exclude one with "
-                f"{PLUGINS_ENV_VAR}=-<package>."
+        kept = self._origins.get(spec.name)
+        if kept is not None:
+            # Plugins load in a fixed order, so the kept declaration is the same whatever
+            # sys.path says; every session keeps working with it.
+            if kept.first_party and not entry.first_party:
+                why = "a first-party onyxrt package is preferred"
+            elif isinstance(entry.entry_point, _LibraryEntryPoint):
+                why = "installed before this library was registered"
+            else:
+                why = "first by package and entry-point name"
+            kept_package = kept.package or self._specs[spec.name].package or "unknown package"
+            this_package = entry.package or spec.package or "unknown package"
+            fix = f"uninstall one of them, or exclude one with {PLUGINS_ENV_VAR}=-<package>"
+            duplicate = DuplicateProviderError(
+                f"provider {spec.name!r} is registered by two packages: {kept_package!r} "
+                f"(kept: {why}) and {this_package!r} (ignored); {fix}"
             )
-        self.specs[spec.name] = spec
+            self._fail(entry, str(duplicate), fix=fix)
+            return
+        self._specs[spec.name] = spec
+        self._origins[spec.name] = entry
 
     def register_library(self, registration_name: str, load: Any, origin: str) -> list[str]:
         """Add the providers of a plugin module that is not installed as a package
         (``onyxrt.register_execution_provider_library``): ``load()`` imports it. Returns
-        the provider names added; a failure is raised, not recorded (the caller asked)."""
-        from .errors import InvalidArgument
-
+        the provider names added; a failure is raised, not recorded (the caller asked),
+        and nothing of the module is kept."""
         with self._lock:
             self.load()
             if registration_name in self._libraries:
@@ -303,15 +555,18 @@ class ProviderCatalog:
                     f"an execution provider library is already registered as {registration_name!r}; "
                     "unregister it first"
                 )
-            before, failures = set(self.specs), len(self.failures)
-            self._load_entry_point(_LibraryEntryPoint(registration_name, load), origin, "")
-            if len(self.failures) > failures:
-                failure = self.failures.pop()
+            before, failures = set(self._specs), len(self._failures)
+            self._load_entry_point(_PluginEntry(_LibraryEntryPoint(registration_name, load, origin),
+                                                origin, "", False))
+            added = sorted(set(self._specs) - before)
+            if len(self._failures) > failures:
+                errors = [f.error for f in self._failures[failures:]]
+                del self._failures[failures:]
+                self._forget(f"{origin}:{registration_name}", added)
                 raise InvalidArgument(
                     f"register_execution_provider_library({registration_name!r}, {origin!r}): "
-                    f"{failure.error}"
+                    + "; ".join(errors)
                 )
-            added = sorted(set(self.specs) - before)
             if not added:
                 raise InvalidArgument(
                     f"register_execution_provider_library({registration_name!r}, {origin!r}): the "
@@ -322,8 +577,6 @@ class ProviderCatalog:
 
     def unregister_library(self, registration_name: str) -> None:
         """Remove the providers :meth:`register_library` added under that name."""
-        from .errors import InvalidArgument
-
         with self._lock:
             entry = self._libraries.pop(registration_name, None)
             if entry is None:
@@ -332,45 +585,40 @@ class ProviderCatalog:
                     f"(registered: {sorted(self._libraries)})"
                 )
             origin, added = entry
-            if self.plugin_manager.has_plugin(f"{origin}:{registration_name}"):
-                self.plugin_manager.unregister(name=f"{origin}:{registration_name}")
-            for name in added:
-                self.specs.pop(name, None)
-                self._status.pop(name, None)
-                self._classes.pop(name, None)
+            self._forget(f"{origin}:{registration_name}", added)
+
+    def _forget(self, registration: str, names: Iterable[str]) -> None:
+        if self.plugin_manager.has_plugin(registration):
+            self.plugin_manager.unregister(name=registration)
+        for name in names:
+            self._specs.pop(name, None)
+            self._origins.pop(name, None)
+            self._status.pop(name, None)
+            self._classes.pop(name, None)
 
     # -- queries ---------------------------------------------------------------------
     def names(self) -> list[str]:
         """Every installed provider name, by priority (highest first), CPU last."""
         self.load()
-        return sorted(self.specs, key=self._order_key)
+        return sorted(self._specs, key=self._order_key)
 
     def _order_key(self, name: str) -> tuple[int, int, str]:
-        return (name == CPU_PROVIDER, -self.specs[name].priority, name)
+        return (name == CPU_PROVIDER, -self._specs[name].priority, name)
 
     def status(self, name: str) -> ProviderStatus:
-        """Import the provider's class and probe it (once); never raises for its faults."""
-        self.load()
+        """Import the provider's class and probe it (once); never raises for its faults.
+        Imports only the plugins up to the one that declares ``name``; ``KeyError`` when
+        none does."""
         with self._lock:
             cached = self._status.get(name)
             if cached is not None:
                 return cached
-            spec = self.specs[name]
-            limit = probe_timeout()  # a bad setting is the user's to fix: raised, not cached
-            probe: ProbeResult
-            try:
-                cls = spec.factory()
-                if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
-                    raise TypeError(f"factory returned {cls!r}, not an ExecutionProvider subclass")
-                self._classes[name] = cls
-                probe = _probe_with_timeout(cls, f"{name} (from {spec.package or 'unknown package'})", limit)
-            except Exception as exc:
-                probe = ProbeResult(
-                    False,
-                    f"{spec.package or name} failed to load or probe: {type(exc).__name__}: {exc}",
-                    fix=f"reinstall it: pip install --force-reinstall {spec.package}"
-                    if spec.package else "",
-                )
+            if not self.provides(name):
+                raise KeyError(name)
+            spec = self._specs[name]
+            # Bad settings are the user's to fix: raised, not cached.
+            load_limit, probe_limit = plugin_load_timeout(), probe_timeout()
+            probe = self._load_and_probe(name, spec, load_limit, probe_limit)
             status = ProviderStatus(
                 name=name,
                 package=spec.package,
@@ -385,6 +633,41 @@ class ProviderCatalog:
             )
             self._status[name] = status
             return status
+
+    def _load_and_probe(self, name: str, spec: ProviderSpec, load_limit: float, probe_limit: float) -> ProbeResult:
+        label = f"{name} (from {spec.package or 'unknown package'})"
+        failed = f"{spec.package or name} failed to load or probe"
+        reinstall = f"reinstall it: pip install --force-reinstall {spec.package}" if spec.package else ""
+        exclude = f"{PLUGINS_ENV_VAR}=-{spec.package or '<package>'}"
+        call, earlier = _call_plugin(functools.partial(_provider_class, spec.factory), load_limit,
+                                     f"onyxrt-factory-{name}", key=f"factory {spec.package}:{name}")
+        if not call.finished:
+            still = ", started by an earlier attempt and still running" if earlier else ""
+            return ProbeResult(
+                False,
+                f"{label}: importing its provider class did not finish within {load_limit:g} s{still}",
+                fix=f"set {PLUGIN_LOAD_TIMEOUT_ENV_VAR} above {load_limit:g} if it is only slow, or "
+                f"exclude the plugin with {exclude}",
+            )
+        if call.error:
+            return ProbeResult(False, f"{failed}: {call.error}", fix=reinstall)
+        cls: type[ExecutionProvider] = call.value
+        self._classes[name] = cls
+        # A probe stuck in a driver call marks its provider unusable instead of hanging
+        # every session; a fresh probe for every catalog (no key): a probe's answer may
+        # change between catalogs, a module's does not.
+        call, _ = _call_plugin(functools.partial(_checked_probe, cls), probe_limit, f"onyxrt-probe-{name}")
+        if not call.finished:
+            return ProbeResult(
+                False,
+                f"{label} probe did not finish within {probe_limit:g} s",
+                fix=f"check the device and its driver, raise {PROBE_TIMEOUT_ENV_VAR}, or exclude "
+                f"the plugin with {exclude}",
+            )
+        if call.error:
+            return ProbeResult(False, f"{failed}: {call.error}", fix=reinstall)
+        probe: ProbeResult = call.value
+        return probe
 
     def provider_class(self, name: str) -> type[ExecutionProvider]:
         """The provider's class (after a successful :meth:`status`)."""
@@ -416,6 +699,7 @@ class _LibraryEntryPoint:
 
     name: str
     loader: Any
+    value: str = ""
 
     def load(self) -> Any:
         return self.loader()
@@ -426,13 +710,14 @@ _catalog_lock = threading.Lock()
 
 
 def catalog() -> ProviderCatalog:
-    """The process-wide catalog, loaded on first use."""
+    """The process-wide catalog. Its plugins are imported on first need: a listing
+    imports them all, :meth:`ProviderCatalog.provides` and :meth:`~ProviderCatalog.status`
+    only those up to the ones that declare the names asked for."""
     global _catalog
     with _catalog_lock:
         if _catalog is None:
             _catalog = ProviderCatalog()
-        cat = _catalog
-    return cat.load()
+        return _catalog
 
 
 def reset_catalog(new: ProviderCatalog | None = None) -> None:

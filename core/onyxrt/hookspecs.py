@@ -18,6 +18,23 @@ and that module implements the hook by returning data, not by acting::
 
 Registration stays cheap: the provider module is imported, and its probe run, only when
 someone lists or uses the provider.
+
+What the core assumes of a plugin (see :mod:`onyxrt.discovery`):
+
+* The entry-point name (``myaccel``) is only a handle for ``ONYXRT_PLUGINS``; the provider
+  names come from the hook alone, so a listing imports every plugin module. A question
+  about named providers imports plugins, first-party ones first, only until one declares
+  each name, so importing the plugin module must not change anything else in the
+  process (patch numpy, set global options): whether it was imported depends on what
+  was asked before.
+* The plugin module's import, the hook and the factory run on a worker thread, each
+  bounded by ``ONYXRT_PLUGIN_LOAD_TIMEOUT_S`` (default 30 s), and the probe by
+  ``ONYXRT_PROBE_TIMEOUT_S`` (default 10 s). Anything they raise, ``SystemExit`` and
+  ``KeyboardInterrupt`` included, is recorded as the plugin's failure. Code that must run
+  on the main thread (``signal.signal``) cannot run there.
+* A provider name is kept by the first plugin declaring it, first-party (``onyxrt-*``)
+  packages before others, then by distribution name; a later declaration is recorded as
+  a failure and ignored.
 """
 
 from __future__ import annotations

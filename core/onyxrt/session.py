@@ -534,9 +534,10 @@ class InferenceSession:
         self._option_notes: list[str] = []
         instances: list[ExecutionProvider] = []
         fallbacks: list[FallbackRecord] = []
-        installed = cat.names()
         for name, options in requested:
-            if name not in installed:
+            # provides(), not names(): only the plugins up to the one that declares the
+            # name are imported (a CPU-only session imports no third-party plugin).
+            if not cat.provides(name):
                 package = _KNOWN_PACKAGES.get(name)
                 reason = f"{name} is not installed." + cat.suggest(name)
                 if cat.excluded:
@@ -561,10 +562,11 @@ class InferenceSession:
                 reason = f"{name} failed to start: {type(exc).__name__}: {exc}"
                 self._fallback(name, reason, "", strict, fallbacks)
         if all(p.name != CPU_PROVIDER for p in instances):
-            if CPU_PROVIDER not in installed or not cat.status(CPU_PROVIDER).usable:
+            cpu_installed = cat.provides(CPU_PROVIDER)
+            if not cpu_installed or not cat.status(CPU_PROVIDER).usable:
                 raise ProviderUnavailable(
                     "the CPU provider is not available: "
-                    + (cat.status(CPU_PROVIDER).reason if CPU_PROVIDER in installed else "onyxrt-cpu is not installed")
+                    + (cat.status(CPU_PROVIDER).reason if cpu_installed else "onyxrt-cpu is not installed")
                     + ". Install it with: pip install onyxrt-cpu"
                 )
             cls = cat.provider_class(CPU_PROVIDER)
@@ -960,12 +962,11 @@ class InferenceSession:
         if providers is not None and not isinstance(providers, str):
             # As onnxruntime: a name no build knows is an error here (the constructor
             # only warns); a known provider that is missing falls back with a warning.
-            installed = catalog().names()
             for entry in providers:
                 name = entry[0] if isinstance(entry, (tuple, list)) and entry else entry
-                if isinstance(name, str) and name not in installed and name not in KNOWN_PROVIDER_NAMES:
+                if isinstance(name, str) and name not in KNOWN_PROVIDER_NAMES and not catalog().provides(name):
                     raise ProviderUnavailable(
-                        f"Unknown Provider Type: {name}. Installed providers: {installed}."
+                        f"Unknown Provider Type: {name}. Installed providers: {catalog().names()}."
                         + catalog().suggest(name)
                     )
         previous = dict(self.__dict__)
