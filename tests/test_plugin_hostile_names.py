@@ -50,34 +50,29 @@ raise ImportError("libturbo.so: cannot open shared object file")
 """
 
 
-def same_name_plugin(priority: int) -> str:
-    """A plugin declaring ``SameExecutionProvider`` (a toy device) at ``priority``."""
+def _toy_plugin(cls: str, name: str, priority: int) -> str:
+    """A plugin whose provider class ``cls`` (a toy device) is ``name`` at ``priority``."""
     return f"""
 from onyxrt.hookspecs import ProviderSpec, hookimpl
 from toy_provider import ToyDeviceExecutionProvider
 
-class Same(ToyDeviceExecutionProvider):
-    name = "{SAME}"
-
-@hookimpl
-def onyxrt_providers():
-    return [ProviderSpec("{SAME}", lambda: Same, priority={priority}, device_types=("npu",))]
-"""
-
-
-def turbo_plugin(name: str) -> str:
-    """A third-party plugin offering ``name`` (a toy device)."""
-    return f"""
-from onyxrt.hookspecs import ProviderSpec, hookimpl
-from toy_provider import ToyDeviceExecutionProvider
-
-class Turbo(ToyDeviceExecutionProvider):
+class {cls}(ToyDeviceExecutionProvider):
     name = "{name}"
 
 @hookimpl
 def onyxrt_providers():
-    return [ProviderSpec("{name}", lambda: Turbo, priority=90, device_types=("npu",))]
+    return [ProviderSpec("{name}", lambda: {cls}, priority={priority}, device_types=("npu",))]
 """
+
+
+def same_name_plugin(priority: int) -> str:
+    """A plugin declaring ``SameExecutionProvider`` (a toy device) at ``priority``."""
+    return _toy_plugin("Same", SAME, priority)
+
+
+def turbo_plugin(name: str) -> str:
+    """A third-party plugin offering ``name`` (a toy device)."""
+    return _toy_plugin("Turbo", name, 90)
 
 
 @pytest.fixture
