@@ -44,11 +44,9 @@ import onnx
 
 from .dtypes import raw_byte_size
 from .errors import InvalidModel, UnsafeExternalData
+from .session_options import EXTERNAL_DATA_FOLDER_KEY
 
-__all__ = ["ExternalDataReader", "model_tensors", "FOLDER_CONFIG_KEY"]
-
-#: onnxruntime's session config key naming the folder of a model given as bytes.
-FOLDER_CONFIG_KEY = "session.model_external_initializers_file_folder_path"
+__all__ = ["ExternalDataReader", "model_tensors"]
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -175,7 +173,7 @@ class ExternalDataReader:
                 "given as bytes or a ModelProto, so it has no folder to read that from; pass "
                 "the model's file path instead, supply the file with "
                 "SessionOptions.add_external_initializers_from_files_in_memory, or name its "
-                f"folder with sess_options.add_session_config_entry({FOLDER_CONFIG_KEY!r}, FOLDER)"
+                f"folder with sess_options.add_session_config_entry({EXTERNAL_DATA_FOLDER_KEY!r}, FOLDER)"
             )
         relative = _checked_location(location, self.folder, where)
         fd = _open_checked(self.folder, relative, self.roots, where, location)

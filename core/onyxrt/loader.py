@@ -29,7 +29,6 @@ from .errors import (
     ModelNotParsed,
     UnknownOperator,
 )
-from .external_data import ExternalDataReader
 
 __all__ = ["LoadedModel", "load_model", "read_model_file", "opset_versions"]
 
@@ -97,6 +96,8 @@ def load_model(
     _check_header(loaded)
     _check_text(loaded.proto, loaded.origin)
     if read_external:
+        from .external_data import ExternalDataReader  # on first use: off `import onyxrt`
+
         reader = ExternalDataReader(loaded.origin, loaded.base_dir, roots, external_files, supplied)
         reader.read_model(loaded.proto)
     return loaded

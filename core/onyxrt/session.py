@@ -39,7 +39,6 @@ from .errors import (
     ProviderError,
     ProviderUnavailable,
 )
-from .external_data import FOLDER_CONFIG_KEY
 from .feeds import InputCheck, check_feed, check_shape, type_name
 from .functions import expand_nodes, inline_local_functions
 from .gradient import expand_gradients
@@ -68,6 +67,7 @@ from .protocol import ExecutionProvider, KernelRegistryProvider
 from .provider_selection import configured_providers
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
+    EXTERNAL_DATA_FOLDER_KEY,
     MAX_COPIES_KEY,
     MAX_PARTITIONS_KEY,
     PIN_NODES_KEY,
@@ -305,7 +305,7 @@ class InferenceSession:
         opts = self._sess_options
         loaded = load_model(
             source, opts._external_files, opts._external_initializers,
-            external_folder=opts.config_entries().get(FOLDER_CONFIG_KEY),
+            external_folder=opts.config_entries().get(EXTERNAL_DATA_FOLDER_KEY),
         )
         loaded.proto = inline_local_functions(loaded.proto)
         try:

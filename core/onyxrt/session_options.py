@@ -43,6 +43,7 @@ __all__ = [
     "MAX_COPIES_KEY",
     "MAX_TENSOR_BYTES_KEY",
     "MAX_RUN_BYTES_KEY",
+    "EXTERNAL_DATA_FOLDER_KEY",
     "OrtExecutionProviderDevicePolicy",
     "policy_device_order",
 ]
@@ -54,6 +55,9 @@ MAX_PARTITIONS_KEY = "session.max_partitions"
 MAX_COPIES_KEY = "session.max_copies_per_run"
 MAX_TENSOR_BYTES_KEY = "session.max_tensor_bytes"  # read by onyxrt.limits
 MAX_RUN_BYTES_KEY = "session.max_run_bytes"  # read by onyxrt.limits
+#: onnxruntime's key naming the folder external data is read from (a model given as bytes
+#: has none of its own); read by onyxrt.external_data.
+EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 OPTIMIZED_EXTERNAL_FILE_KEY = "session.optimized_model_external_initializers_file_name"
 OPTIMIZED_EXTERNAL_MIN_SIZE_KEY = "session.optimized_model_external_initializers_min_size_in_bytes"
 
