@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import onyxrt.api
+from onyxrt.discovery import ProviderCatalog
 from onyxrt.errors import InvalidArgument, ProviderUnavailable, ResourceLimitExceeded
 from onyxrt.memory_info import OrtDevice
 from onyxrt.ortvalue import OrtValue
@@ -341,7 +341,7 @@ def test_something_that_is_no_device_is_invalid_argument():
 
 
 def test_to_cuda_without_a_cuda_provider_is_provider_unavailable(monkeypatch):
-    monkeypatch.setattr(onyxrt.api, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(ProviderCatalog, "available", lambda self: ["CPUExecutionProvider"])
     st = SparseTensor.sparse_coo_from_numpy([3], np.ones(1, np.float32), [2], CPU)
     with pytest.raises(ProviderUnavailable, match="CUDAExecutionProvider") as err:
         st.to_cuda(OrtDevice.make("cuda", 0))
@@ -364,8 +364,8 @@ def test_to_cuda_copies_every_array_to_the_device(monkeypatch):
         copies.append((device_type, device_id))
         return OrtValue(np.array(array, copy=True))  # stands in for device memory
 
-    monkeypatch.setattr(onyxrt.api, "get_available_providers",
-                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(ProviderCatalog, "available",
+                        lambda self: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     monkeypatch.setattr(OrtValue, "ortvalue_from_numpy", staticmethod(fake_copy))
     cpu = SparseTensor.sparse_csr_from_numpy([2, 4], np.array([1, 2, 3], np.float32),
                                              [1, 1, 3], [0, 1, 3], CPU)

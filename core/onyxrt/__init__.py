@@ -6,12 +6,11 @@ plus provider packages discovered through the ``onyxrt.providers`` entry-point g
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import capi, errors
+from ._version import __version__
 from .api import (
     disable_telemetry_events,
     enable_telemetry_events,

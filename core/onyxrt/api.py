@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .devices import Device, EpDevice
 from .discovery import catalog
 from .errors import InvalidArgument
@@ -62,38 +63,11 @@ def get_device() -> str:
 def get_ep_devices() -> list[EpDevice]:
     """One entry per (provider, device): usable providers with their devices, and
     unusable ones with the reason (``state``/``reason``) so nothing is hidden."""
-    from .devices import Device
-
-    cat = catalog()
-    result: list[EpDevice] = []
-    for name in cat.names():
-        status = cat.status(name)
-        spec = cat.specs[name]
-        meta = {"version": status.package_version, "package": status.package,
-                "protocol_version": str(status.protocol_version)}
-        if not status.usable:
-            kind = spec.device_types[0] if spec.device_types else "cpu"
-            result.append(EpDevice(name, status.package, Device(kind, "unknown"), meta,
-                                   state="not usable", reason=status.reason))
-            continue
-        try:
-            devices = cat.devices(name)
-        except Exception as exc:  # a provider whose device query fails is reported, not fatal
-            kind = spec.device_types[0] if spec.device_types else "cpu"
-            result.append(EpDevice(name, status.package, Device(kind, "unknown"), meta,
-                                   state="not usable", reason=f"device query failed: {exc}"))
-            continue
-        cls = cat.provider_class(name)
-        for dev in devices:
-            result.append(EpDevice(name, cls.vendor or status.package, dev, meta,
-                                   cls.option_schema.defaults()))
-    return result
+    return catalog().ep_devices()
 
 
 def get_version_string() -> str:
     """onyxrt's version."""
-    from . import __version__
-
     return __version__
 
 

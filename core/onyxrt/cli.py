@@ -50,7 +50,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .discovery import catalog
 from .dtypes import elem_type_from_string, np_dtype
 from .errors import InvalidArgument, InvalidModel, OnyxError, ProviderUnavailable

@@ -69,8 +69,13 @@ from typing import Any
 
 import pluggy
 
-from .devices import Device
-from .errors import DuplicateProviderError, InvalidArgument, ProtocolVersionError
+from .devices import Device, EpDevice
+from .errors import (
+    DuplicateProviderError,
+    InvalidArgument,
+    ProtocolVersionError,
+    ProviderUnavailable,
+)
 from .hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME, ProviderHooks, ProviderSpec
 from .protocol import SUPPORTED_PROTOCOL_VERSIONS, ExecutionProvider, ProbeResult
 
@@ -394,6 +399,9 @@ class ProviderCatalog:
         self._status: dict[str, ProviderStatus] = {}
         #: registration name -> provider names, of register_library.
         self._libraries: dict[str, tuple[str, list[str]]] = {}
+        #: (device name, device id) -> the provider instance made for it (device_provider).
+        self._device_providers: dict[tuple[str, int], ExecutionProvider] = {}
+        self._device_lock = threading.Lock()
 
     # -- what a full load knows -------------------------------------------------------
     @property
@@ -691,6 +699,81 @@ class ProviderCatalog:
         cls = self.provider_class(name)
         return list(cls(cls.option_schema.defaults()).devices())
 
+    def ep_devices(self) -> list[EpDevice]:
+        """One entry per (provider, device): usable providers with their devices, and
+        unusable ones with the reason (``state``/``reason``) so nothing is hidden
+        (``onyxrt.get_ep_devices()``)."""
+        result: list[EpDevice] = []
+        for name in self.names():
+            status = self.status(name)
+            spec = self.specs[name]
+            meta = {"version": status.package_version, "package": status.package,
+                    "protocol_version": str(status.protocol_version)}
+            if not status.usable:
+                kind = spec.device_types[0] if spec.device_types else "cpu"
+                result.append(EpDevice(name, status.package, Device(kind, "unknown"), meta,
+                                       state="not usable", reason=status.reason))
+                continue
+            try:
+                devices = self.devices(name)
+            except Exception as exc:  # a provider whose device query fails is reported, not fatal
+                kind = spec.device_types[0] if spec.device_types else "cpu"
+                result.append(EpDevice(name, status.package, Device(kind, "unknown"), meta,
+                                       state="not usable", reason=f"device query failed: {exc}"))
+                continue
+            cls = self.provider_class(name)
+            for dev in devices:
+                result.append(EpDevice(name, cls.vendor or status.package, dev, meta,
+                                       cls.option_schema.defaults()))
+        return result
+
+    def device_provider(self, device_type: str, device_id: int = 0) -> ExecutionProvider | None:
+        """The provider instance owning device ``device_type:device_id`` (None for the
+        CPU), made once per catalog with default options (``OrtValue`` and
+        ``IOBinding`` place values with it).
+
+        ``device_type`` is what users write: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"gpu"``,
+        ``"npu"`` or any name a provider lists in ``device_names``. Raises
+        :class:`~onyxrt.errors.ProviderUnavailable` when no usable provider has it.
+        """
+        kind = str(device_type).lower()
+        if kind == "cpu":
+            return None
+        key = (kind, int(device_id))
+        with self._device_lock:
+            if key in self._device_providers:
+                return self._device_providers[key]
+        for name in self.available():
+            cls = self.provider_class(name)
+            spec = self.specs[name]
+            if kind in cls.device_names or kind in spec.device_types:
+                schema = cls.option_schema
+                opts = schema.defaults()
+                if "device_id" in schema.options:
+                    opts["device_id"] = int(device_id)
+                provider = cls(opts)
+                with self._device_lock:
+                    return self._device_providers.setdefault(key, provider)
+        raise ProviderUnavailable(
+            f"no usable provider for device {device_type!r} (usable providers: "
+            f"{', '.join(self.available())}); run `onyxrt providers` to see why"
+        )
+
+    def dlpack_provider(self, kind: int, device_id: int) -> ExecutionProvider:
+        """The provider instance for DLPack device type ``kind`` (``kDLCUDA`` = 2, ...),
+        device ``device_id``: the first usable provider declaring that type. Raises
+        :class:`~onyxrt.errors.ProviderUnavailable` when none does."""
+        for name in self.available():
+            cls = self.provider_class(name)
+            if cls.dlpack_device_type == kind:
+                provider = self.device_provider(cls.device_names[0] if cls.device_names else name, device_id)
+                if provider is not None:
+                    return provider
+        raise ProviderUnavailable(
+            f"no usable provider takes DLPack device type {kind} (device {device_id}); "
+            "install and check the matching GPU provider (onyxrt providers)"
+        )
+
 
 @dataclass(frozen=True)
 class _LibraryEntryPoint:
@@ -722,10 +805,8 @@ def catalog() -> ProviderCatalog:
 
 def reset_catalog(new: ProviderCatalog | None = None) -> None:
     """Forget the loaded plugins (tests, or after installing a plugin at run time), and
-    the provider instances ``OrtValue`` made for device names."""
+    with them the provider instances made for device names
+    (:meth:`ProviderCatalog.device_provider`)."""
     global _catalog
     with _catalog_lock:
         _catalog = new
-    from .ortvalue import forget_device_providers
-
-    forget_device_providers()

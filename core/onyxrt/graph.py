@@ -311,7 +311,9 @@ def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
     naming it and the index at fault for indices outside its dims (as onnxruntime does;
     numpy would wrap -1 round to the last element) or of the wrong shape; unsorted
     indices are fine and a repeated one keeps its last value, as in onnxruntime."""
-    from .sparse import dense_from_proto
+    # Imported here, not at the top, only to keep it out of `import onyxrt`: few models
+    # have sparse initializers (sparse_coo imports nothing above this module).
+    from .sparse_coo import dense_from_proto
 
     return dense_from_proto(st, f"sparse initializer {st.values.name!r}")
 

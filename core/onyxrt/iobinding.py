@@ -8,17 +8,22 @@ are written into it.
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .errors import InvalidArgument
 from .ortvalue import OrtValue, OrtValueVector, _as_dtype, resolve_device_provider
 
-if TYPE_CHECKING:
-    from .session import InferenceSession
+__all__ = ["BoundSession", "IOBinding"]
 
-__all__ = ["IOBinding"]
+
+class BoundSession(Protocol):
+    """What a binding needs of its session (:class:`~onyxrt.InferenceSession` is one):
+    a way to wait for its providers' queued work. The session runs the binding
+    (``run_with_iobinding``), so the binding only holds it, it does not import it."""
+
+    def _sync_providers(self) -> None: ...
 
 
 def _array_from_pointer(ptr: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
@@ -40,7 +45,7 @@ class _OutputBinding:
 class IOBinding:
     """Inputs and outputs bound for :meth:`InferenceSession.run_with_iobinding`."""
 
-    def __init__(self, session: InferenceSession) -> None:
+    def __init__(self, session: BoundSession) -> None:
         self._session = session
         self._inputs: dict[str, OrtValue] = {}
         self._outputs: dict[str, _OutputBinding] = {}

@@ -7,77 +7,41 @@ move it; ``numpy()`` copies it to the host through that provider's data transfer
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from .devices import HOST_MEMORY, Device
+from .discovery import catalog
 from .dtypes import elem_type_from_string, np_dtype, onnx_elem_type, type_string
-from .errors import InvalidArgument, ProviderUnavailable
+from .errors import InvalidArgument
 from .protocol import ExecutionProvider
 
-__all__ = ["OrtValue", "OrtValueVector", "copy_tensors", "resolve_device_provider", "dlpack_importable"]
+__all__ = [
+    "OrtValue", "OrtValueVector", "SparseValue", "copy_tensors", "resolve_device_provider", "dlpack_importable",
+]
 
 _HOST = Device("cpu", "host")
-_device_providers: dict[tuple[str, int], ExecutionProvider] = {}
-_device_lock = threading.Lock()
-
-
-def _dlpack_provider(kind: int, device_id: int) -> ExecutionProvider:
-    from .discovery import catalog
-
-    cat = catalog()
-    for name in cat.available():
-        cls = cat.provider_class(name)
-        if cls.dlpack_device_type == kind:
-            provider = resolve_device_provider(cls.device_names[0] if cls.device_names else name, device_id)
-            if provider is not None:
-                return provider
-    raise ProviderUnavailable(
-        f"no usable provider takes DLPack device type {kind} (device {device_id}); "
-        "install and check the matching GPU provider (onyxrt providers)"
-    )
-
-
-def forget_device_providers() -> None:
-    """Drop the provider instances made for device names (see :func:`reset_catalog`)."""
-    with _device_lock:
-        _device_providers.clear()
 
 
 def resolve_device_provider(device_type: str, device_id: int = 0) -> ExecutionProvider | None:
     """The provider instance owning device ``device_type:device_id`` (None for the CPU).
 
     ``device_type`` is what users write: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"gpu"``,
-    ``"npu"`` or any name a provider lists in ``device_names``.
+    ``"npu"`` or any name a provider lists in ``device_names``
+    (:meth:`~onyxrt.discovery.ProviderCatalog.device_provider`).
     """
-    kind = str(device_type).lower()
-    if kind == "cpu":
-        return None
-    key = (kind, int(device_id))
-    with _device_lock:
-        if key in _device_providers:
-            return _device_providers[key]
-    from .discovery import catalog
+    return catalog().device_provider(device_type, device_id)
 
-    cat = catalog()
-    for name in cat.available():
-        cls = cat.provider_class(name)
-        spec = cat.specs[name]
-        if kind in cls.device_names or kind in spec.device_types:
-            schema = cls.option_schema
-            opts = schema.defaults()
-            if "device_id" in schema.options:
-                opts["device_id"] = int(device_id)
-            provider = cls(opts)
-            with _device_lock:
-                return _device_providers.setdefault(key, provider)
-    raise ProviderUnavailable(
-        f"no usable provider for device {device_type!r} (usable providers: "
-        f"{', '.join(cat.available())}); run `onyxrt providers` to see why"
-    )
+
+class SparseValue:
+    """The base of :class:`onyxrt.SparseTensor`: what an ``OrtValue`` holding a sparse
+    tensor holds. ``SparseTensor`` builds on ``OrtValue`` (a tensor copied to a device
+    keeps its arrays as ``OrtValue`` objects), so this module knows it by this base
+    instead of importing it."""
+
+    __slots__ = ()
 
 
 class _Capsule:
@@ -179,9 +143,7 @@ class OrtValue:
     @staticmethod
     def ort_value_from_sparse_tensor(sparse_tensor: Any) -> OrtValue:
         """An ``OrtValue`` holding a :class:`~onyxrt.SparseTensor` (to feed sparse inputs)."""
-        from .sparse import SparseTensor
-
-        if not isinstance(sparse_tensor, SparseTensor):
+        if not isinstance(sparse_tensor, SparseValue):
             raise InvalidArgument(f"ort_value_from_sparse_tensor takes a SparseTensor, got {type(sparse_tensor).__name__}")
         return OrtValue(sparse_tensor)
 
@@ -197,7 +159,7 @@ class OrtValue:
             if is_bool_tensor and arr.dtype != np.bool_:
                 arr = arr.view(np.bool_) if arr.dtype.itemsize == 1 else arr.astype(np.bool_)
             return OrtValue(arr)
-        provider = _dlpack_provider(int(kind), int(device_id))
+        provider = catalog().dlpack_provider(int(kind), int(device_id))
         return OrtValue(provider.from_dlpack(data), provider)
 
     # onnxruntime's private native handle, which third-party code reaches for
@@ -239,9 +201,7 @@ class OrtValue:
 
     def is_sparse_tensor(self) -> bool:
         """Whether the value is a :class:`~onyxrt.SparseTensor`."""
-        from .sparse import SparseTensor
-
-        return isinstance(self._value, SparseTensor)
+        return isinstance(self._value, SparseValue)
 
     def as_sparse_tensor(self) -> Any:
         """The :class:`~onyxrt.SparseTensor` this value holds."""

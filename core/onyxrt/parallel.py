@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import OnyxError, RunTerminated
-
-if TYPE_CHECKING:
-    from .plan import ExecutionPlan
+from .errors import OnyxError
 
 __all__ = ["StepGraph", "run_parallel"]
 
@@ -32,6 +29,9 @@ class StepGraph:
     indegree: tuple[int, ...]
     #: slot → how many steps read it (slots read by no step are not listed)
     readers: dict[int, int]
+    #: each step's input and output slots
+    ins: tuple[tuple[int, ...], ...]
+    outs: tuple[tuple[int, ...], ...]
 
     @classmethod
     def of(cls, steps: Sequence[Any]) -> StepGraph:
@@ -50,23 +50,35 @@ class StepGraph:
             indegree[i] = len(preds)
             for j in step.ins:
                 readers[j] = readers.get(j, 0) + 1
-        return cls(tuple(tuple(sorted(s)) for s in successors), tuple(indegree), readers)
+        return cls(
+            tuple(tuple(sorted(s)) for s in successors), tuple(indegree), readers,
+            tuple(tuple(s.ins) for s in steps), tuple(tuple(s.outs) for s in steps),
+        )
 
 
-def run_parallel(plan: ExecutionPlan, vals: list[Any], run_options: Any, pool: ThreadPoolExecutor) -> None:
-    """Execute ``plan``'s steps on ``pool``, each as soon as its inputs exist."""
-    from .plan import _count, _too_few
+def run_parallel(
+    graph: StepGraph,
+    vals: list[Any],
+    call: Callable[[int, list[Any]], Sequence[Any]],
+    error: Callable[[int, list[Any], BaseException], BaseException],
+    keep: Set[int],
+    pool: ThreadPoolExecutor,
+) -> None:
+    """Execute the steps of ``graph`` on ``pool``, each as soon as its inputs exist.
 
-    steps = plan.steps
-    graph = plan.step_graph
-    if not steps:
+    ``call(i, args)`` runs step ``i`` on its input values and returns its results
+    (checked: the plan raises for a stopped run or too few results); ``error(i, vals,
+    exc)`` turns a step's failure other than an :class:`~onyxrt.errors.OnyxError` into
+    the error raised. Slots in ``keep`` are never released. The plan hands these in, so
+    this module knows steps only as slot numbers.
+    """
+    if not graph.ins:
         return
     indegree = list(graph.indegree)
     readers = dict(graph.readers)
-    keep = plan.kept_slots
     lock = threading.Lock()
     finished = threading.Event()
-    remaining = [len(steps)]
+    remaining = [len(graph.ins)]
     failure: list[tuple[int, BaseException]] = []
     # Steps submitted and not yet returned: after a failure the run waits for them, so no
     # step of it still runs (or writes `vals`) once the caller has the error.
@@ -75,19 +87,15 @@ def run_parallel(plan: ExecutionPlan, vals: list[Any], run_options: Any, pool: T
 
     def run_step(i: int) -> None:
         try:
-            step = steps[i]
             if failure:
                 return
-            if run_options is not None and run_options.terminate:
-                raise RunTerminated(f"run terminated by RunOptions.terminate before node {step.name!r}")
-            results = step.fn(*[vals[j] for j in step.ins])
-            if _count(results) < len(step.outs):
-                raise _too_few(step, results, plan.providers[step.provider].name)
+            ins = graph.ins[i]
+            results = call(i, [vals[j] for j in ins])
             ready = []
             with lock:
-                for j, v in zip(step.outs, results):
+                for j, v in zip(graph.outs[i], results):
                     vals[j] = v
-                for j in step.ins:
+                for j in ins:
                     readers[j] -= 1
                     if readers[j] == 0 and j not in keep:
                         vals[j] = None
@@ -121,4 +129,4 @@ def run_parallel(plan: ExecutionPlan, vals: list[Any], run_options: Any, pool: T
         i, exc = failure[0]
         if isinstance(exc, OnyxError):
             raise exc
-        raise plan._kernel_error(steps[i], vals, exc) from exc  # type: ignore[arg-type]
+        raise error(i, vals, exc) from exc

@@ -94,7 +94,7 @@ class ExecutionPlan:
         self.kept_slots: set[int] = set()  # never released during a run (outputs, constants)
         #: inputs whose host slot a non-copy step reads (a device feed must come to the host)
         self.host_read_inputs: set[str] = set()
-        self.step_graph: StepGraph = StepGraph((), (), {})
+        self.step_graph: StepGraph = StepGraph.of([])
         self._compiled: list[tuple[Callable[..., Sequence[Any]], Callable[[list[Any]], Any], bool, tuple[int, ...], tuple[int, ...]]] = []
 
     # -- running ---------------------------------------------------------------------
@@ -134,7 +134,12 @@ class ExecutionPlan:
             # onnxruntime, not warnings; one context per run keeps kernels free of it.
             with np.errstate(all="ignore"):
                 if pool is not None and profile is None:
-                    run_parallel(self, vals, run_options, pool)
+                    run_parallel(
+                        self.step_graph, vals,
+                        lambda i, args: self._call_step(i, args, run_options),
+                        lambda i, at_failure, exc: self._kernel_error(self.steps[i], at_failure, exc),
+                        self.kept_slots, pool,
+                    )
                 elif profile is None:
                     self._execute(vals, run_options)
                 else:
@@ -251,7 +256,18 @@ class ExecutionPlan:
             assert step is not None
             raise self._kernel_error(step, vals, exc) from exc
 
-    def _kernel_error(self, step: Step, vals: list[Any], exc: Exception) -> OnyxError:
+    def _call_step(self, i: int, args: list[Any], run_options: Any) -> Sequence[Any]:
+        """Step ``i``'s results on its input values ``args``, checked to be enough
+        (the parallel runner's unit of work; the sequential loops inline it)."""
+        step = self.steps[i]
+        if run_options is not None and run_options.terminate:
+            raise RunTerminated(f"run terminated by RunOptions.terminate before node {step.name!r}")
+        results = step.fn(*args)
+        if _count(results) < len(step.outs):
+            raise _too_few(step, results, self.providers[step.provider].name)
+        return results
+
+    def _kernel_error(self, step: Step, vals: list[Any], exc: BaseException) -> OnyxError:
         provider = provider_label(self.providers[step.provider].name)
         if isinstance(exc, MemoryError):  # the memory guard refused, or the system had none
             return memory_error(f"node {step.name!r} ({step.op_type}) on {provider}", exc)

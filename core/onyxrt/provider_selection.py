@@ -56,9 +56,7 @@ def configured_providers(opts: SessionOptions) -> list[ConfiguredProvider]:
         for dev in devices:
             add(getattr(dev, "ep_name", str(dev)), options, dev)
     if not result and opts._selection_delegate is not None:
-        from .api import get_ep_devices
-
-        usable = [d for d in get_ep_devices() if d.state == "usable"]
+        usable = [d for d in catalog().ep_devices() if d.state == "usable"]
         for dev in opts._selection_delegate(usable, {}, {}, len(usable)) or ():
             name = getattr(dev, "ep_name", None)
             if not isinstance(name, str):

@@ -73,6 +73,7 @@ from .session_options import (
     PIN_NODES_KEY,
     STRICT_PROVIDERS_KEY,
     ExecutionMode,
+    GraphOptimizationLevel,
     RunOptions,
     SessionOptions,
 )
@@ -333,7 +334,9 @@ class InferenceSession:
         except InvalidModel as exc:
             raise type(exc)(f"{self._loaded.origin}: {exc}") from None
         opsets = opset_versions(proto)
-        ctx = PassContext(can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets))
+        ctx = PassContext(
+            can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants
+        )
         proto = optimize(
             proto, self._sess_options.graph_optimization_level, lambda m: _infer_shapes(m, self._logger), ctx,
             self._disabled_passes,
@@ -892,9 +895,7 @@ class InferenceSession:
 
     def get_input_epdevices(self) -> list[EpDevice]:
         """The (provider, device) that consumes each input."""
-        from .api import get_ep_devices
-
-        devices = get_ep_devices()
+        devices = catalog().ep_devices()
         result = []
         for name in self._graph.inputs:
             provider = self._value_provider(name, True)
@@ -1089,6 +1090,16 @@ def _with_adapters(feeds: Mapping[str, Any], run_options: RunOptions | None) -> 
 
 #: Initializers larger than this lend only their shape to shape inference, not their bytes.
 _INFERENCE_BYTES = 4096
+
+
+def _evaluate_constants(model: onnx.ModelProto) -> list[Any]:
+    """The outputs of ``model`` (which has no inputs) run on onyxrt's CPU provider with
+    the optimizer off: how constant folding computes the nodes it folds, exactly as a
+    run would (:attr:`~onyxrt.optimizer.PassContext.evaluate`)."""
+    options = SessionOptions()
+    options.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = InferenceSession(model.SerializeToString(), options, providers=[CPU_PROVIDER])
+    return session.run(None, {})
 
 
 def _all_can_run(

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import platform
 
+from .._version import __version__
+from ..api import cuda_version
+
 __all__ = ["check_distro_info", "check_training_module", "get_package_name_and_version_info"]
 
 
@@ -20,7 +23,4 @@ def check_training_module() -> bool:
 
 def get_package_name_and_version_info() -> tuple[str, str, str, str, str]:
     """(package name, version, cuda version, ...) as onnxruntime reports them."""
-    from .. import __version__
-    from ..api import cuda_version
-
     return ("onyxrt", __version__, cuda_version(), "", "")

@@ -72,7 +72,7 @@ STRUCTURAL_PASSES: tuple[Pass, ...] = (
 
 # After shape inference, in order.
 PASSES: tuple[Pass, ...] = (
-    Pass("fold_constants", BASIC, _plain(fold_constants)),
+    Pass("fold_constants", BASIC, fold_constants),
     Pass("fold_casts", BASIC, _plain(fold_casts)),
     Pass("fold_batch_norm_into_conv", BASIC, fold_batch_norm_into_conv),
     Pass("fuse_layer_norm", EXTENDED, fuse_layer_norm),

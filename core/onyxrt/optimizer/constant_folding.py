@@ -4,7 +4,8 @@ creation, and replaced by initializers holding their outputs.
 ``Shape`` and ``Size`` of a value whose shape inference found fully static also fold,
 which lets the shape arithmetic exported models carry (Shape → Gather → Concat → Reshape)
 fold away. The folded nodes run through onyxrt itself — one CPU-only session over all of
-them, with the optimizer off — so folding computes exactly what running would.
+them, with the optimizer off, which the session hands the pass as
+:attr:`~.support.PassContext.evaluate` — so folding computes exactly what running would.
 
 Outputs larger than :data:`MAX_FOLDED_BYTES` (by inferred shape; unknown shapes do not
 fold) stay as nodes: folding must not turn a small model into a huge one, nor let a
@@ -22,6 +23,7 @@ from onnx import helper
 from ..errors import OnyxError
 from ..graph import node_subgraphs
 from .rewrite import DEFAULT_DOMAINS, Rewrite
+from .support import Evaluate, PassContext
 
 __all__ = ["fold_constants", "MAX_FOLDED_BYTES"]
 
@@ -54,8 +56,10 @@ def _fits(rw: Rewrite, name: str) -> bool:
     return math.prod(shape) * dtype.itemsize <= MAX_FOLDED_BYTES
 
 
-def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Replace constant-input nodes (and Shape/Size of static shapes) by initializers."""
+def fold_constants(model: onnx.ModelProto, ctx: PassContext | None = None) -> onnx.ModelProto:
+    """Replace constant-input nodes (and Shape/Size of static shapes) by initializers;
+    the nodes are computed by ``ctx.evaluate`` (without one, only Shape/Size fold)."""
+    evaluate = ctx.evaluate if ctx is not None else None
     rw = Rewrite(model)
     known: set[str] = set(rw.constants)
     folded: list[onnx.NodeProto] = []
@@ -75,13 +79,14 @@ def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
                 known.add(outputs[0])
                 folded.append(node)
             continue
-        if all(not i or i in known for i in node.input) and all(_fits(rw, o) for o in outputs):
+        if (evaluate is not None and all(not i or i in known for i in node.input)
+                and all(_fits(rw, o) for o in outputs)):
             folded.append(node)
             known.update(outputs)
     if not folded:
         return model
     try:
-        values = _evaluate(rw, folded, static)
+        values = _evaluate(rw, folded, static, evaluate)
     except OnyxError:
         # A node that cannot run now will fail the same way at run time, where the error
         # names it in the user's graph; folding is only an optimization.
@@ -116,16 +121,14 @@ def _shape_value(rw: Rewrite, node: onnx.NodeProto) -> np.ndarray | None:
 
 
 def _evaluate(
-    rw: Rewrite, folded: list[onnx.NodeProto], static: dict[str, np.ndarray]
+    rw: Rewrite, folded: list[onnx.NodeProto], static: dict[str, np.ndarray], evaluate: Evaluate | None
 ) -> dict[str, np.ndarray]:
-    """Run the folded nodes (except those computed statically) in one CPU session."""
-    from ..session import InferenceSession  # the session imports the optimizer
-    from ..session_options import GraphOptimizationLevel, SessionOptions
-
+    """Run the folded nodes (except those computed statically) as one model."""
     values = dict(static)
     nodes = [n for n in folded if not all(o in static for o in n.output if o)]
     if not nodes:
         return values
+    assert evaluate is not None  # without it only Shape/Size, computed here, are folded
     produced = {o for n in nodes for o in n.output if o}
     needed = {i for n in nodes for i in n.input if i and i not in produced}
     initializers = [
@@ -137,9 +140,6 @@ def _evaluate(
     graph = helper.make_graph(nodes, "constant_folding", [], outputs, initializers)
     sub = helper.make_model(graph, opset_imports=list(rw.model.opset_import))
     sub.ir_version = rw.model.ir_version
-    options = SessionOptions()
-    options.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in outputs]
-    values.update(zip(names, session.run(names, {}), strict=True))
+    values.update(zip(names, evaluate(sub), strict=True))
     return values

@@ -15,15 +15,20 @@ its graph, and fills the bytes in only to save ``optimized_model_filepath``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
-__all__ = ["FUSED_DOMAIN", "FUSED_DOMAIN_VERSION", "PassContext"]
+__all__ = ["FUSED_DOMAIN", "FUSED_DOMAIN_VERSION", "Evaluate", "PassContext"]
 
 FUSED_DOMAIN = "ai.onyxrt"
 FUSED_DOMAIN_VERSION = 1
+
+
+#: Runs a model without inputs and returns its outputs' values, in order.
+Evaluate = Callable[[onnx.ModelProto], Sequence[np.ndarray]]
 
 
 def _everyone(domain: str, op_type: str) -> bool:
@@ -38,7 +43,14 @@ class PassContext:
     for the operator (in the fused domain, at :data:`FUSED_DOMAIN_VERSION`; in the
     default domain, at the model's opset). ``arrays`` receives the values of initializers
     the passes create (see the module docstring).
+
+    ``evaluate(model)`` computes what constant folding folds. The session's runs the
+    nodes on onyxrt's CPU provider with the optimizer off, so that folding computes
+    exactly what running would; the session passes it in because it builds on the
+    optimizer, not the other way round. Without one only ``Shape`` and ``Size`` of
+    static shapes fold.
     """
 
     can_run: Callable[[str, str], bool] = _everyone
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    evaluate: Evaluate | None = None
