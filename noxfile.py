@@ -189,7 +189,8 @@ def cpu_pure(session: nox.Session) -> None:
     machine with no C compiler): the provider must report it and every CPU kernel test
     must pass on the numpy paths alone."""
     pure = {"ONYXRT_CPU_PURE": "1"}
-    session.install(".", "./plugins/cpu", env=pure)
+    # onyxrt-ops: the operator library onyxrt-cpu's kernels are bound from.
+    session.install(".", "./plugins/ops", "./plugins/cpu", env=pure)
     session.install(*TEST_REQUIREMENTS)
     session.run("python", "-c", _PURE_CHECK, env=pure)
     session.run("python", "-m", "pytest", "-q", "plugins/cpu/tests", env=pure)

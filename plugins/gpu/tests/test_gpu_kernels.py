@@ -39,6 +39,9 @@ OPS = [
     # activation
     "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "Gelu",
     "Softmax", "LogSoftmax",
+    # activation, from the operator library (onyxrt_ops) bound over CuPy
+    "PRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Shrink",
+    "Mish", "Swish", "Hardmax",
     # linalg, conv, pool, normalization, reduction
     "MatMul", "Gemm", "Conv", "ConvTranspose", "MaxPool", "AveragePool",
     "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "LayerNormalization",
@@ -391,6 +394,21 @@ ACTIVATION = [
     case("Softmax", [randn(2, 3, 5, dtype=np.float64)], 1, id="Softmax-1"),
     case("LogSoftmax", [randn(2, 3, 5)], 13),
     case("LogSoftmax", [randn(2, 3, 5)], 11, axis=2, id="LogSoftmax-11"),
+    case("PRelu", [randn(2, 3, 4), randn(3, 1, seed=1)], 16),
+    case("PRelu", [randint(3, 4), randint(4, seed=1)], 16, id="PRelu-int"),
+    case("PRelu", [randn(2, 3, 4), randn(3, seed=1)], 6, id="PRelu-6-channel"),
+    case("Elu", [randn(3, 4, scale=3)], 22, alpha=0.7),
+    case("Selu", [randn(3, 4, scale=3, dtype=np.float16)], 22, id="Selu-f16"),
+    case("Celu", [randn(3, 4, scale=3)], 12, alpha=1.5),
+    case("ThresholdedRelu", [randn(3, 4, scale=3)], 22, alpha=0.5),
+    case("Softplus", [randn(3, 4, scale=30)], 22),
+    case("Softsign", [randn(3, 4, scale=3, dtype=np.float64)], 22),
+    case("Shrink", [randn(3, 4, scale=3)], 9, lambd=0.6, bias=0.2),
+    case("Shrink", [randint(3, 4)], 9, lambd=1.5, bias=1.0, id="Shrink-int"),
+    case("Mish", [randn(3, 4, scale=10)], 22),
+    case("Swish", [randn(3, 4, scale=5)], 24, alpha=0.75),
+    case("Hardmax", [np.array([[1, 3, 3, 2], [5, 5, 5, 5]], np.float32)], 13, id="Hardmax-tie"),
+    case("Hardmax", [randn(2, 3, 4)], 11, axis=1, id="Hardmax-11-coerced"),
 ]
 
 LINALG = [
@@ -726,10 +744,10 @@ def test_kernels_follow_the_cupy_they_were_built_with():
     with install() as first:
         kdef, _ = registry.lookup("", "Relu", 14)
         kernel = kdef.factory(KernelInfo.from_node(node, 14, since_version=14))
-        assert kernel.cp is first.cupy
+        assert kernel.xp.module is first.cupy  # Relu comes from the operator library
         with install() as second:
             other = kdef.factory(KernelInfo.from_node(node, 14, since_version=14))
-            assert other.cp is second.cupy
+            assert other.xp.module is second.cupy
             y = other.compute(second.cupy.asarray(x))[0].get()
         np.testing.assert_array_equal(y, np.maximum(x, 0))
         np.testing.assert_array_equal(kernel.compute(first.cupy.asarray(x))[0].get(),

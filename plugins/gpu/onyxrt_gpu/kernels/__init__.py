@@ -1,14 +1,19 @@
 """The GPU providers' kernels (CUDA and ROCm share them): one module per operator family,
 all in one registry, written against CuPy.
 
-Importing this package imports every family module, whose decorators fill ``registry``.
-Kernels get CuPy from :func:`onyxrt_gpu.cupy_loader.cupy_module` when they are built, so
-the same code runs on the real CuPy (CUDA or HIP build) and on the simulated one.
+Importing this package imports every family module, whose decorators fill ``registry``,
+then binds the operator library (:mod:`onyxrt_ops`) over CuPy
+(:data:`._common.BACKEND`): every library operator the family modules did not register
+themselves (their fused fast paths, which override the library's kernels) is registered
+from the library, with its types narrowed to what CuPy holds. Kernels get CuPy from
+:func:`onyxrt_gpu.cupy_loader.cupy_module` when they are built, so the same code runs on
+the real CuPy (CUDA or HIP build) and on the simulated one.
 """
 
 from __future__ import annotations
 
 from onyxrt.kernels import KernelRegistry
+from onyxrt_ops import library
 
 registry = KernelRegistry("GPU (CUDA/ROCm)")
 
@@ -24,5 +29,9 @@ from . import (  # noqa: E402,F401
     reduction,
     shape,
 )
+from ._common import BACKEND  # noqa: E402
+
+# After the family modules: their kernels are the overrides ``bind`` leaves in place.
+library.bind(BACKEND, registry)
 
 __all__ = ["registry"]

@@ -9,16 +9,23 @@ pads...) are read on the host: from the node's constants when they are initializ
 (once, at creation), else from the runtime input, which the kernel registers as a
 ``host_inputs`` position so the plan keeps it in host memory; a device array there is
 still accepted and copied back with ``.get()``.
+
+The operators of the operator library (:mod:`onyxrt_ops`) run over :data:`BACKEND`, whose
+namespace is the same CuPy, resolved when a kernel is built (:class:`CupyBackend`).
 """
 
 from __future__ import annotations
 
+import importlib
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt_ops import Backend
 
 from ..cupy_loader import cupy_module
 
@@ -39,6 +46,10 @@ __all__ = [
     "norm_axis",
     "norm_axes",
     "wants_output",
+    "CupyNamespace",
+    "cupy_namespace",
+    "CupyBackend",
+    "BACKEND",
 ]
 
 FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
@@ -123,3 +134,75 @@ def norm_axes(axes: Any, rank: int, what: str = "axes") -> list[int]:
 def wants_output(info: KernelInfo, index: int) -> bool:
     """Whether the node's optional output ``index`` is requested."""
     return index < len(info.output_names) and info.output_names[index] != ""
+
+
+# ------------------------------------------------------------ the operator library's backend
+
+
+def _astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+    return x.astype(dtype, copy=copy)
+
+
+#: The array API standard's names the library uses that some CuPy modules lack (CuPy
+#: before 14 and the simulated CuPy have no ``astype`` or ``bool``), made from what every
+#: CuPy has.
+_STANDARD_FALLBACKS: dict[str, Any] = {"astype": _astype, "bool": np.bool_}
+
+_NAMESPACES: weakref.WeakValueDictionary[int, CupyNamespace] = weakref.WeakValueDictionary()
+
+
+class CupyNamespace:
+    """A CuPy module as an array-API namespace: the module's own names, plus the few of
+    the standard it lacks (:data:`_STANDARD_FALLBACKS`). ``module`` is the CuPy module."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        for name, fallback in _STANDARD_FALLBACKS.items():
+            if not hasattr(module, name):
+                setattr(self, name, fallback)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.module, name)
+        setattr(self, name, value)  # later lookups find it without __getattr__
+        return value
+
+    def __repr__(self) -> str:
+        return f"<array namespace of {self.module!r}>"
+
+
+def cupy_namespace(module: Any = None) -> CupyNamespace:
+    """The namespace of CuPy ``module`` (default: the one in use), one per module."""
+    module = cupy_module() if module is None else module
+    ns = _NAMESPACES.get(id(module))
+    if ns is None or ns.module is not module:
+        ns = CupyNamespace(module)
+        # Keyed by id: the namespace holds the module, so the id is not reused while the
+        # entry lives; the entry goes when no kernel holds the namespace any more.
+        _NAMESPACES[id(module)] = ns
+    return ns
+
+
+def _current_namespace(backend: Backend) -> CupyNamespace:
+    return cupy_namespace()
+
+
+def _erf(x: Any) -> Any:
+    """erf from the ``cupyx.scipy.special`` of the CuPy in use (the library's Gelu)."""
+    return importlib.import_module("cupyx.scipy.special").erf(x)
+
+
+@dataclass(frozen=True, eq=False)
+class CupyBackend(Backend):
+    """The operator library's backend on the GPU: CuPy, whose ``xp`` is resolved when it is
+    read, so a library kernel, which reads it once when built, keeps the CuPy current at
+    its creation (the real module, or the simulated one a test installed), as
+    :class:`GpuKernel` does."""
+
+    # A property as the field's class-level default: init=False keeps it out of __init__,
+    # so reading ``xp`` calls it.
+    xp: Any = field(init=False, repr=False, default=property(_current_namespace))
+
+
+#: What the library's operators compute with on the GPU (bound in ``kernels/__init__``):
+#: CuPy, the element types it holds, and cupyx's ``erf``.
+BACKEND = CupyBackend("cupy", TENSORS, {"erf": _erf})

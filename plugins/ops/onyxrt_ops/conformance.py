@@ -1,0 +1,133 @@
+"""The ONNX node conformance suite over any backend, straight through the library.
+
+Each node case of the installed onnx whose operators the library defines is run with the
+library's kernels bound to a backend (no session, no provider: the node's kernel is built
+from its ``KernelInfo`` and called on the case's inputs converted to the backend's
+arrays). Over ``array_api_strict`` — a strict, minimal implementation of the array API
+standard — a pass proves an operator is written against the standard and not against
+numpy's extras. A case is *not expressible* on a backend when an input or output has a
+dtype the backend cannot hold (float16 and bfloat16 are not in the standard), and is
+reported as such, not counted as a pass.
+
+    python -m onyxrt_ops.conformance            # over array_api_strict: counts and failures
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onyxrt.kernels import KernelInfo, schema_since_version
+
+from .backend import Backend, namespace_backend
+from .library import OpLibrary, library
+
+__all__ = ["CaseOutcome", "library_cases", "run_case", "run_cases", "strict_backend", "host_erf", "main"]
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One node case on one backend: ``passed``, ``failed`` or ``not_expressible``."""
+
+    name: str
+    op_type: str
+    outcome: str
+    detail: str = ""
+
+
+def host_erf(xp: Any) -> Any:
+    """erf over ``xp``'s arrays, computed on the host (``math.erf`` per element)."""
+    import math
+
+    def erf(x: Any) -> Any:
+        host = np.from_dlpack(x)
+        values = np.vectorize(math.erf, otypes=[host.dtype])(host) if host.size else host
+        return xp.asarray(values)
+
+    return erf
+
+
+def strict_backend() -> Backend:
+    """A backend over ``array_api_strict``, with ``erf`` (not in the standard) computed on
+    the host as a backend extra — the one function the library's operators need beyond it."""
+    import array_api_strict as xp
+
+    return namespace_backend(xp, "array_api_strict", extras={"erf": host_erf(xp)})
+
+
+def library_cases(lib: OpLibrary = library) -> list[Any]:
+    """The onnx node cases whose every node is a default-domain operator of ``lib``."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    ops = lib.op_types()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = list(collect_testcases())
+    return [
+        c for c in cases
+        if c.model.graph.node and all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in c.model.graph.node)
+        and len(c.model.graph.node) == 1
+    ]
+
+
+def run_case(case: Any, backend: Backend, lib: OpLibrary = library) -> CaseOutcome:
+    """Run one single-node case over ``backend`` (see the module docstring)."""
+    from onnx import numpy_helper
+    from onnx.backend.test.runner import Runner
+
+    node = case.model.graph.node[0]
+    opset = next(i.version for i in case.model.opset_import if i.domain in ("", "ai.onnx"))
+    since = schema_since_version("", node.op_type, opset)
+    try:
+        cls = lib.kernel(node.op_type, since or opset, backend)
+    except KeyError as exc:
+        return CaseOutcome(case.name, node.op_type, "failed", str(exc))
+    for inputs, expected in case.data_sets or ():
+        values = [numpy_helper.to_array(v) if hasattr(v, "dims") else np.asarray(v) for v in inputs]
+        wanted = [numpy_helper.to_array(v) if hasattr(v, "dims") else np.asarray(v) for v in expected]
+        odd = sorted({str(v.dtype) for v in [*values, *wanted] if not backend.holds(v.dtype)})
+        if odd:
+            return CaseOutcome(case.name, node.op_type, "not_expressible", f"{backend.name} holds no {', '.join(odd)}")
+        try:
+            kernel = cls(KernelInfo.from_node(node, opset, since_version=since))
+            arrays = [backend.xp.asarray(v) for v in values]
+            # The data set holds the present inputs only; an absent optional input (name
+            # "") is None, as the executor passes it.
+            given = iter(arrays)
+            args = [next(given) if name else None for name in node.input]
+            outputs = kernel.compute(*args)
+            got = [np.from_dlpack(o) if not isinstance(o, np.ndarray) else o for o in outputs[: len(wanted)]]
+            Runner.assert_similar_outputs(wanted, got, rtol=case.rtol, atol=case.atol)
+        except AssertionError as exc:
+            return CaseOutcome(case.name, node.op_type, "failed", f"mismatch: {str(exc).splitlines()[0][:200]}")
+        except Exception as exc:
+            return CaseOutcome(case.name, node.op_type, "failed", f"{type(exc).__name__}: {exc}"[:300])
+    return CaseOutcome(case.name, node.op_type, "passed")
+
+
+def run_cases(cases: Iterable[Any], backend: Backend, lib: OpLibrary = library) -> list[CaseOutcome]:
+    """:func:`run_case` for each case."""
+    return [run_case(c, backend, lib) for c in cases]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the library's conformance over array_api_strict; 1 if a case fails."""
+    import onyxrt_ops  # noqa: F401  (fills the library)
+
+    outcomes = run_cases(library_cases(), strict_backend())
+    counts = {k: sum(o.outcome == k for o in outcomes) for k in ("passed", "failed", "not_expressible")}
+    print(f"library node cases over array_api_strict: {counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['not_expressible']} not expressible (dtypes outside the standard)")
+    for o in outcomes:
+        if o.outcome != "passed":
+            print(f"  {o.outcome:16} {o.name}: {o.detail}")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

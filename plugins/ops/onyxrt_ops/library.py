@@ -1,0 +1,235 @@
+"""The operator library: each ONNX operator defined once, bound to a provider's backend.
+
+An operator is a :class:`OpKernel` subclass — attribute parsing and validation in
+``__init__`` (typed errors naming the node), the computation in ``compute`` written
+against ``self.xp`` — registered once with :meth:`OpLibrary.define`, with the ONNX
+versions it implements, the element types it takes per type constraint, and the functions
+beyond the array API standard it needs (``needs=("erf",)``).
+
+A provider turns the library into kernels with :meth:`OpLibrary.bind`: every operator
+becomes a kernel class over the provider's :class:`~onyxrt_ops.backend.Backend`,
+registered in the provider's :class:`~onyxrt.kernels.KernelRegistry` with its type
+constraints narrowed to what the backend holds — so a node with a dtype the backend cannot
+hold, or an operator needing a function it lacks, is refused at capability time with that
+reason, never at run time. A provider's own kernel for an (operator, version) — a compiled
+or fused fast path — is registered first and wins: ``bind`` skips what the registry
+already has. An override that is fast only for some inputs subclasses the library's
+bound kernel (:meth:`OpLibrary.kernel`) and defers to it for the rest::
+
+    registry = KernelRegistry("CPUExecutionProvider")
+    backend = numpy_backend()
+
+    @registry.register("Gelu", since=20)
+    class Gelu(library.kernel("Gelu", 20, backend)):
+        def compute(self, x):
+            y = native_gelu(x)        # float32 only
+            return (y,) if y is not None else super().compute(x)
+
+    library.bind(backend, registry)   # every other operator
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx.defs
+
+from onyxrt.kernels import Kernel, KernelInfo, KernelRegistry
+
+from .backend import Backend
+
+__all__ = ["OpKernel", "OpDef", "OpLibrary", "library", "dtype_name"]
+
+_HALF = frozenset({"float16", "bfloat16"})
+_NAMES: dict[tuple[type, Any], str] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    """``dtype``'s name without its namespace (``"float16"``, ``"bfloat16"``), for any
+    namespace's dtype objects. Cached: ``str()`` of a dtype costs microseconds, a sizeable
+    part of a small activation (keyed with the dtype's class too: namespaces' dtypes may
+    hash alike but must not be compared)."""
+    key = (type(dtype), dtype)
+    name = _NAMES.get(key)
+    if name is None:
+        name = _NAMES[key] = str(dtype).rsplit(".", 1)[-1]
+    return name
+
+
+class OpKernel(Kernel):
+    """Base of the library's operators: ``self.xp`` is the namespace of the backend the
+    kernel was bound to (:meth:`OpLibrary.bind`), ``self.backend`` the backend."""
+
+    backend: ClassVar[Backend]
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.xp = self.backend.xp
+
+    def where(self) -> str:
+        """``"Op node 'name'"``, for messages."""
+        return f"{self.info.op_type} node {self.info.node_name!r}"
+
+    def widen(self, x: Any) -> Any:
+        """float16/bfloat16 → float32: half-precision inputs are computed in float32 and
+        rounded once at the end (:meth:`narrow`), so no rounding error accumulates."""
+        if dtype_name(x.dtype) in _HALF:
+            return self.xp.astype(x, self.backend.dtype(np.float32))
+        return x
+
+    def narrow(self, y: Any, like: Any) -> Any:
+        """``y`` in ``like``'s dtype (the input's, after :meth:`widen`)."""
+        return y if y.dtype == like.dtype else self.xp.astype(y, like.dtype)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One operator of the library: what :meth:`OpLibrary.bind` registers."""
+
+    op_type: str
+    versions: tuple[int, ...]
+    cls: type[OpKernel]
+    domain: str = ""
+    #: type constraint → element types taken (numpy dtypes); unlisted: every schema type.
+    types: Mapping[str, frozenset[np.dtype[Any]]] | None = None
+    #: functions beyond the array API standard the computation calls (``Backend.extras``).
+    needs: tuple[str, ...] = ()
+    host_inputs: tuple[int, ...] = ()
+
+
+class OpLibrary:
+    """The operators, each defined once (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._defs: list[OpDef] = []
+        self._bound: dict[tuple[type[OpKernel], int], type[OpKernel]] = {}
+
+    def define(
+        self,
+        op_type: str,
+        since: int | Iterable[int],
+        *,
+        domain: str = "",
+        types: Mapping[str, Iterable[Any]] | None = None,
+        needs: Iterable[str] = (),
+        host_inputs: Iterable[int] = (),
+    ) -> Callable[[type[OpKernel]], type[OpKernel]]:
+        """Class decorator: ``cls`` implements ``op_type`` at each version in ``since``."""
+        versions = (since,) if isinstance(since, int) else tuple(since)
+        norm = None if types is None else {k: frozenset(np.dtype(t) for t in v) for k, v in types.items()}
+
+        def decorator(cls: type[OpKernel]) -> type[OpKernel]:
+            self._defs.append(OpDef(op_type, versions, cls, domain, norm, tuple(needs), tuple(host_inputs)))
+            return cls
+
+        return decorator
+
+    @property
+    def definitions(self) -> list[OpDef]:
+        """Every operator definition, in registration order."""
+        return list(self._defs)
+
+    def op_types(self, domain: str = "") -> set[str]:
+        """The operator types the library defines in ``domain``."""
+        return {d.op_type for d in self._defs if d.domain == domain}
+
+    def kernel(self, op_type: str, since: int, backend: Backend, domain: str = "") -> type[OpKernel]:
+        """The library's kernel class for ``op_type`` at version ``since``, bound to
+        ``backend`` (to subclass in a provider's override)."""
+        for d in self._defs:
+            if d.op_type == op_type and d.domain == domain and since in d.versions:
+                return self._bind_class(d.cls, backend)
+        raise KeyError(f"the operator library has no {domain or 'ai.onnx'}::{op_type} version {since}")
+
+    def bind(self, backend: Backend, registry: KernelRegistry) -> dict[str, str]:
+        """Register every operator over ``backend`` in ``registry``, except the
+        (operator, version) pairs the registry already has (the provider's overrides).
+
+        Returns the operators not offered, with the reason (a function the backend lacks,
+        or no element type it can hold); the registry refuses their nodes.
+        """
+        missing: dict[str, str] = {}
+        for d in self._defs:
+            lacks = backend.lacks(d.needs)
+            if lacks:
+                missing[d.op_type] = f"{backend.name} lacks {', '.join(lacks)}"
+                continue
+            cls = self._bind_class(d.cls, backend)
+            for version in d.versions:
+                if (d.domain, d.op_type, version) in registry:
+                    continue
+                types = _narrowed(d, version, backend)
+                if types is None:
+                    missing[d.op_type] = f"{backend.name} holds none of the element types it takes"
+                    continue
+                registry.register(d.op_type, version, domain=d.domain, types=types,
+                                  host_inputs=d.host_inputs)(cls)
+        return missing
+
+    def _bind_class(self, cls: type[OpKernel], backend: Backend) -> type[OpKernel]:
+        key = (cls, id(backend))
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = type(cls.__name__, (cls,), {"backend": backend, "__module__": cls.__module__,
+                                                "__doc__": cls.__doc__})
+            self._bound[key] = bound
+        return bound
+
+
+def _narrowed(d: OpDef, version: int, backend: Backend) -> dict[str, frozenset[np.dtype[Any]]] | None:
+    """``d``'s type constraints at ``version`` narrowed to what ``backend`` holds (every
+    constraint of the schema, listed or not), or None when one is left with nothing."""
+    try:
+        schema = onnx.defs.get_schema(d.op_type, max_inclusive_version=version, domain=d.domain)
+    except onnx.defs.SchemaError:
+        return dict(d.types or {})
+    from onyxrt.dtypes import np_dtype
+
+    result: dict[str, frozenset[np.dtype[Any]]] = {}
+    for constraint in schema.type_constraints:
+        allowed: set[np.dtype[Any]] = set()
+        for text in constraint.allowed_type_strs:
+            if text.startswith("tensor("):
+                try:
+                    allowed.add(np_dtype(_ELEM_TYPES[text[len("tensor("):-1]]))
+                except (KeyError, TypeError):
+                    pass
+        declared = (d.types or {}).get(constraint.type_param_str)
+        if declared is not None:
+            allowed &= declared
+        if not allowed and constraint.allowed_type_strs:
+            if any(t.startswith("tensor(") for t in constraint.allowed_type_strs):
+                return None
+            continue  # sequences, maps: not an element-type constraint
+        result[constraint.type_param_str] = frozenset(allowed & backend.dtypes)
+        if not result[constraint.type_param_str]:
+            return None
+    return result
+
+
+def _elem_types() -> dict[str, int]:
+    from onnx import TensorProto
+
+    names = {
+        "float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
+        "bfloat16": TensorProto.BFLOAT16, "bool": TensorProto.BOOL, "string": TensorProto.STRING,
+        "complex64": TensorProto.COMPLEX64, "complex128": TensorProto.COMPLEX128,
+    }
+    for bits in (8, 16, 32, 64):
+        names[f"int{bits}"] = getattr(TensorProto, f"INT{bits}")
+        names[f"uint{bits}"] = getattr(TensorProto, f"UINT{bits}")
+    for name in ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4",
+                 "float4e2m1", "float8e8m0", "uint2", "int2"):
+        code = getattr(TensorProto, name.upper(), None)
+        if code is not None:
+            names[name] = code
+    return names
+
+
+_ELEM_TYPES = _elem_types()
+
+#: The library every provider binds (operator modules register into it on import).
+library = OpLibrary()

@@ -1,0 +1,112 @@
+"""Helpers for the operator library's tests: the library bound over a backend in a
+registry of its own (:class:`Bound`, :func:`bind`), and an oracle.
+
+``Bound.run`` runs a node through the bound library: inputs are given as numpy arrays, moved
+into the backend's arrays, and the outputs come back as numpy arrays. ``oracle`` runs the
+same node through onnxruntime, or onnx's reference evaluator where onnxruntime has no
+kernel for it (an opset newer than it knows, an element type it lacks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onyxrt.dtypes import onnx_elem_type
+from onyxrt.kernels import Kernel, KernelInfo, KernelRegistry
+from onyxrt_ops import Backend, library
+
+_erf_scalar = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def numpy_erf(x: np.ndarray) -> np.ndarray:
+    """erf of a numpy array, in its dtype (exact: math.erf per element; tests only)."""
+    return _erf_scalar(x).astype(x.dtype)
+
+
+def strict_erf(x: Any) -> Any:
+    """erf over array_api_strict: a round trip through numpy (tests only)."""
+    import array_api_strict as xp
+
+    return xp.asarray(numpy_erf(np.from_dlpack(x)))
+
+
+def node(op: str, n_inputs: int, absent: Sequence[int] = (), **attrs: Any) -> onnx.NodeProto:
+    """A one-output node of ``op`` named ``"<op>_node"``; ``absent`` inputs are ``""``."""
+    names = ["" if i in absent else f"in{i}" for i in range(n_inputs)]
+    while names and names[-1] == "":
+        names.pop()
+    return helper.make_node(op, names, ["y"], name=f"{op}_node", **attrs)
+
+
+@dataclass
+class Bound:
+    """The operator library bound over one backend, in a registry of its own."""
+
+    name: str
+    backend: Backend
+    registry: KernelRegistry
+    missing: dict[str, str]
+
+    def array(self, value: Any) -> Any:
+        """A numpy value as an array of the backend."""
+        value = np.asarray(value)
+        return value if self.backend.xp is np else self.backend.xp.asarray(value)
+
+    def host(self, value: Any) -> np.ndarray:
+        """A backend array as a numpy array."""
+        return value if isinstance(value, np.ndarray) else np.from_dlpack(value)
+
+    def kernel(self, n: onnx.NodeProto, opset: int) -> Kernel:
+        """The bound kernel for node ``n`` at ``opset``, built."""
+        kdef, reason = self.registry.lookup(n.domain, n.op_type, opset)
+        assert kdef is not None, reason
+        return kdef.factory(KernelInfo.from_node(n, opset, since_version=kdef.since_version))
+
+    def run(self, op: str, inputs: Sequence[Any], opset: int, **attrs: Any) -> np.ndarray:
+        """The output of ``op`` on numpy ``inputs`` (``None``: absent), back on the host."""
+        absent = [i for i, v in enumerate(inputs) if v is None]
+        kernel = self.kernel(node(op, len(inputs), absent, **attrs), opset)
+        args = [None if v is None else self.array(v) for v in inputs]
+        while args and args[-1] is None:
+            args.pop()
+        outs = kernel.compute(*args)
+        assert isinstance(outs, tuple) and len(outs) == 1
+        return self.host(outs[0])
+
+
+def bind(name: str, backend: Backend) -> Bound:
+    """The library bound over ``backend`` in a new registry."""
+    registry = KernelRegistry(f"library over {name}")
+    return Bound(name, backend, registry, library.bind(backend, registry))
+
+
+def oracle(op: str, inputs: Sequence[Any], opset: int, **attrs: Any) -> np.ndarray:
+    """``op``'s output on ``inputs`` by onnxruntime, else onnx's reference evaluator."""
+    absent = [i for i, v in enumerate(inputs) if v is None]
+    n = node(op, len(inputs), absent, **attrs)
+    feeds = {name: np.asarray(v) for name, v in zip(n.input, inputs) if name}
+    graph = helper.make_graph(
+        [n], "oracle",
+        [helper.make_tensor_value_info(k, onnx_elem_type(v.dtype), list(v.shape))
+         for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", onnx_elem_type(np.asarray(inputs[0]).dtype), None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=10)
+    try:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+        return sess.run(None, feeds)[0]
+    except Exception:  # no onnxruntime, or no kernel of it for this opset or type
+        from onnx.reference import ReferenceEvaluator
+
+        return ReferenceEvaluator(model).run(None, feeds)[0]
