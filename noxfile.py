@@ -43,7 +43,10 @@ EXCLUSIVE_DEPENDENCIES = {"rocm"}
 # onnxruntime is pinned: tests/test_api_table.py holds docs/migrating-from-onnxruntime.md's
 # API table to the installed wheel's public names, so a newer wheel is a deliberate bump
 # (update the table, then the pin), not a CI failure on the day it is published.
-TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime==1.32.0", "onnx==1.23.2", "pillow>=10"]
+# array-api-strict: the operator library's tests run every operator over the strict
+# array API implementation (plugins/ops/tests).
+TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime==1.32.0", "onnx==1.23.2", "pillow>=10",
+                     "array-api-strict>=2.3"]
 # The documentation site: MkDocs + Material, API reference from docstrings (mkdocstrings;
 # ruff formats the signatures it shows).
 DOCS_REQUIREMENTS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29", "ruff"]

@@ -249,7 +249,7 @@ def test_bad_data_is_a_value_error(bound: Bound, op, inputs, opset, attrs, match
 
 
 def test_a_backend_without_erf_is_not_offered_gelu():
-    xp = pytest.importorskip("array_api_strict")
+    import array_api_strict as xp
     registry = KernelRegistry("no erf")
     missing = library.bind(namespace_backend(xp), registry)
     assert missing == {"Gelu": "array_api_strict lacks erf"}
