@@ -36,6 +36,10 @@ OPS = [
     # elementwise
     "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Neg", "Reciprocal", "Abs", "Exp", "Log",
     "Erf", "Equal", "Less", "Greater", "Not", "And", "Where", "Cast", "Min", "Max",
+    # elementwise, from the operator library (onyxrt_ops) bound over CuPy
+    "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh", "IsNaN", "IsInf", "Sum", "Mean", "BitShift",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
     # activation
     "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "Gelu",
     "Softmax", "LogSoftmax",
@@ -127,7 +131,8 @@ def _conformance_params() -> list[Any]:
         nodes = case.model.graph.node
         if len(nodes) != 1 or nodes[0].op_type not in wanted:
             continue
-        marks = [pytest.mark.skip(reason=SKIPPED[case.name])] if case.name in SKIPPED else []
+        reason = SKIPPED.get(case.name)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
         params.append(pytest.param(case, id=case.name, marks=marks))
     return params
 
@@ -356,6 +361,40 @@ ELEMENTWISE = [
     case("Cast", [randint(3, 4, dtype=np.int64)], 6, to=TensorProto.FLOAT, id="Cast-6"),
     case("Cast", [randint(3, 4, dtype=np.int64)], 1, to="FLOAT", id="Cast-1-name"),
     case("Cast", [randn(3, 4)], 21, to=TensorProto.FLOAT, id="Cast-same"),
+    case("Floor", [randn(3, 4, scale=3)], 13),
+    case("Ceil", [randn(3, 4, scale=3, dtype=np.float16)], 13, id="Ceil-f16"),
+    case("Round", [np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, -0.6], np.float32)], 22),
+    case("Sign", [randn(3, 4)], 13),
+    case("Sign", [randint(3, 4, dtype=np.int64)], 13, id="Sign-int64"),
+    case("Sin", [randn(3, 4)], 22),
+    case("Cos", [randn(3, 4)], 22),
+    case("Tan", [randn(3, 4)], 22),
+    case("Asin", [randn(3, 4) * 0.9], 22),
+    case("Acos", [randn(3, 4) * 0.9], 22),
+    case("Atan", [randn(3, 4)], 22),
+    case("Sinh", [randn(3, 4)], 22),
+    case("Cosh", [randn(3, 4)], 22),
+    case("Asinh", [randn(3, 4)], 22),
+    case("Acosh", [positive(3, 4) + 1], 22),
+    case("Atanh", [randn(3, 4) * 0.9], 22),
+    case("IsNaN", [np.array([1.0, np.nan, np.inf, -np.inf], np.float32)], 20),
+    case("IsInf", [np.array([1.0, np.nan, np.inf, -np.inf], np.float32)], 20),
+    case("IsInf", [np.array([1.0, np.nan, np.inf, -np.inf], np.float32)], 20,
+         detect_negative=0, id="IsInf-positive"),
+    case("Sum", [randn(3, 4), randn(4, seed=1), randn(3, 1, seed=2)], 13),
+    case("Mean", [randn(3, 4, dtype=np.float16), randn(4, seed=1, dtype=np.float16)], 13,
+         id="Mean-f16"),
+    case("BitShift", [randint(5, lo=0, hi=255, dtype=np.uint8),
+                      randint(5, lo=0, hi=10, dtype=np.uint8, seed=1)], 11, direction="LEFT"),
+    case("BitShift", [randint(5, lo=0, hi=1000, dtype=np.uint32),
+                      randint(5, lo=0, hi=40, dtype=np.uint32, seed=1)], 11,
+         direction="RIGHT", id="BitShift-right"),
+    case("BitwiseAnd", [randint(3, 4), randint(3, 4, seed=1)], 18),
+    case("BitwiseOr", [randint(3, 4, dtype=np.uint16, lo=0), randint(4, dtype=np.uint16,
+                       lo=0, seed=1)], 18),
+    case("BitwiseXor", [randint(3, 4, dtype=np.int8), randint(3, 4, dtype=np.int8, seed=1)],
+         18),
+    case("BitwiseNot", [randint(3, 4, dtype=np.int64)], 18),
     case("Max", [randn(3, 4), randn(4, seed=1), randn(3, 1, seed=2)], 13),
     case("Max", [np.array([1.0, np.nan, 3.0], np.float32), np.array([2.0, 1.0, np.nan],
                  np.float32)], 13, id="Max-nan"),

@@ -1,17 +1,29 @@
-"""CPU kernels: elementwise arithmetic, math functions, bitwise operators and Cast.
+"""CPU kernels: the elementwise operators the operator library cannot express, and numpy
+fast paths of the library's (:mod:`onyxrt_ops.elementwise`, bound over numpy in
+``kernels/__init__``).
 
-Binary operators follow numpy (multidirectional) broadcasting from opset 7 on; the older
-versions (Add-1/6, Pow-1, ...) use ONNX's legacy ``broadcast``/``axis`` attributes, which
-:func:`legacy_align` implements (the logical module reuses it).
+Overrides of library operators, each subclassing the library's kernel:
 
-Types numpy cannot compute in directly (bfloat16 and the float8 family from ``ml_dtypes``)
-are computed in float32 and rounded back once, which is what a correctly rounded native
-kernel would give for a single operation.
+* Add, Sub, Mul — when both inputs have the same native type (known when the kernel is
+  built) the compute is one ufunc call, without the library's per-call dtype checks: the
+  per-node overhead of small graphs (0.40 us instead of 0.67 us for a 4-element Add);
+* Pow — a constant exponent 1, 2, 3 or 0.5 by one ufunc call, the cube in place (16.2 us
+  instead of 12.9 us for [64, 1024] float32; 1.9 us instead of 0.7 us for 4 elements);
+* Erf — float32 through :func:`._special.erf_float32` (a few ulps, ~8x faster than the
+  library's float64 path), float64 exactly through ``math.erf`` element by element.
+
+CPU-only operators (the array API standard cannot express them):
+
+* Mod — ``fmod=1`` needs C's ``fmod`` on floats (the standard has only ``remainder``);
+* Cast, CastLike — strings, the float8/4-bit/2-bit types of ``ml_dtypes``, float8
+  saturation and e8m0 rounding modes.
+
+:func:`legacy_align` implements ONNX's legacy ``broadcast``/``axis`` attributes of the
+versions before 7 for the numpy kernels here and in the logical module.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -23,11 +35,13 @@ from onnx import TensorProto, helper
 from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt_ops import library
 
 from . import registry
+from ._backend import BACKEND
 from ._special import erf, erf_float32
 
-__all__ = ["legacy_align", "cast_array"]
+__all__ = ["legacy_align", "cast_array", "Add", "Sub", "Mul", "Pow", "Erf", "Mod", "Cast", "CastLike"]
 
 _NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 _OBJ = np.dtype(object)
@@ -100,14 +114,6 @@ def _out(r: Any, dtype: np.dtype[Any]) -> np.ndarray:
     return r
 
 
-def _float_unary(fn: Callable[[np.ndarray], Any], x: np.ndarray) -> np.ndarray:
-    """Apply a float ufunc; bfloat16/float8 go through float32 and back."""
-    with np.errstate(all="ignore"):
-        if x.dtype in _NATIVE_FLOATS:
-            return np.asarray(fn(x))
-        return _out(fn(x.astype(np.float32)), x.dtype)
-
-
 class _LegacyBinary(Kernel):
     """Base of two-input ops: parses the legacy broadcast attributes of old versions."""
 
@@ -125,34 +131,8 @@ class _LegacyBinary(Kernel):
 
 
 # --------------------------------------------------------------------------------------
-# Add, Sub, Mul, Div
+# Add, Sub, Mul: one ufunc call when both operands have the same native type
 # --------------------------------------------------------------------------------------
-
-
-class _Arith(_LegacyBinary):
-    ufunc: Callable[..., Any] = np.add
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        types = [t.elem_type if t is not None else None for t in info.input_types[:2]]
-        same = not self.legacy and len(types) == 2 and types[0] and types[0] == types[1]
-        if same and np_dtype(types[0]).kind in "biuf":
-            # Both operands have the same native type: the result has it too, so the
-            # per-call dtype checks go (this is the per-node overhead of small graphs).
-            self.compute = _same_type_ufunc(self.ufunc)  # type: ignore[method-assign]
-
-    def compute(self, a, b):
-        if self.legacy:
-            b = self._align(np.asarray(a), np.asarray(b))
-        dt = a.dtype
-        if dt.kind == "V":  # bfloat16 and friends
-            with np.errstate(all="ignore"):
-                return (_out(self.ufunc(a.astype(np.float32), b.astype(np.float32)), dt),)
-        # The hot path: one ufunc call. 0-d inputs make numpy return a scalar.
-        r = self.ufunc(a, b)
-        if type(r) is not np.ndarray or r.dtype != dt:
-            r = _out(r, dt)
-        return (r,)
 
 
 def _same_type_ufunc(ufunc: Callable[..., Any]) -> Callable[[Any, Any], tuple[np.ndarray]]:
@@ -171,77 +151,36 @@ def _same_type_ufunc(ufunc: Callable[..., Any]) -> Callable[[Any, Any], tuple[np
 _ARITH_VERSIONS = (1, 6, 7, 13, 14)
 
 
-@registry.register("Add", since=_ARITH_VERSIONS)
-class Add(_Arith):
-    """C = A + B (integers wrap around)."""
+class _SameType:
+    """Mixin for a library arithmetic kernel: with both operands of the same native type
+    (known when built), ``compute`` is one ufunc call; otherwise the library's."""
 
-    ufunc = np.add
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)  # type: ignore[call-arg]
+        types = [t.elem_type if t is not None else None for t in info.input_types[:2]]
+        same = not self.legacy and len(types) == 2 and types[0] and types[0] == types[1]
+        if same and np_dtype(types[0]).kind in "biuf":
+            self.compute = _same_type_ufunc(self.fn)  # type: ignore[method-assign]
+
+
+@registry.register("Add", since=_ARITH_VERSIONS)
+class Add(_SameType, library.kernel("Add", 14, BACKEND)):
+    """C = A + B (integers wrap around)."""
 
 
 @registry.register("Sub", since=_ARITH_VERSIONS)
-class Sub(_Arith):
+class Sub(_SameType, library.kernel("Sub", 14, BACKEND)):
     """C = A - B (integers wrap around)."""
-
-    ufunc = np.subtract
 
 
 @registry.register("Mul", since=_ARITH_VERSIONS)
-class Mul(_Arith):
+class Mul(_SameType, library.kernel("Mul", 14, BACKEND)):
     """C = A * B (integers wrap around)."""
 
-    ufunc = np.multiply
-
-
-def _int_div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer division rounding toward zero (C semantics); x / 0 gives 0, not a crash."""
-    with np.errstate(all="ignore"):
-        q, r = np.divmod(a, b)
-        if a.dtype.kind == "u" and b.dtype.kind == "u":
-            return q
-        fix = (r != 0) & ((a < 0) != (b < 0))
-        return q + fix.astype(q.dtype)
-
-
-@registry.register("Div", since=_ARITH_VERSIONS)
-class Div(_LegacyBinary):
-    """C = A / B; integer division truncates toward zero like C."""
-
-    def compute(self, a, b):
-        a = np.asarray(a)
-        b = self._align(a, np.asarray(b))
-        dt = a.dtype
-        if dt.kind in "iu":
-            return (_out(_int_div_trunc(a, b), dt),)
-        with np.errstate(all="ignore"):
-            if dt.kind == "V":
-                return (_out(np.divide(a.astype(np.float32), b.astype(np.float32)), dt),)
-            return (_out(np.divide(a, b), dt),)
-
 
 # --------------------------------------------------------------------------------------
-# Pow, Mod
+# Pow: constant exponents in place
 # --------------------------------------------------------------------------------------
-
-
-def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Integer power with integer exponents; negative exponents truncate like C casts."""
-    dt = x.dtype
-    with np.errstate(all="ignore"):
-        if y.dtype.kind == "b":
-            y = y.astype(dt)
-        neg = y < 0 if y.dtype.kind == "i" else None
-        if neg is not None and neg.any():
-            yy = np.where(neg, 0, y).astype(dt)
-            r = np.power(x, yy)
-            # x ** -n: 1 for x == 1, +-1 for x == -1, 0 otherwise (including x == 0)
-            odd = (np.abs(y) % 2).astype(bool)
-            negres = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0))
-            return _out(np.where(neg, negres, r), dt)
-        return _out(np.power(x, y.astype(dt)), dt)
-
-
-def _square(x: np.ndarray) -> np.ndarray:
-    return x * x
 
 
 def _cube(x: np.ndarray) -> np.ndarray:
@@ -250,44 +189,48 @@ def _cube(x: np.ndarray) -> np.ndarray:
     return y
 
 
-# Constant float exponents computed by multiplication or sqrt: libm's powf costs ~10x more
-# per element (GPT-2's GELU cubes its input), and these forms are exact or within an ulp.
 _FAST_POWERS: dict[float, Callable[[np.ndarray], np.ndarray]] = {
-    1.0: np.copy, 2.0: _square, 3.0: _cube, 0.5: np.sqrt,
+    1.0: np.copy, 2.0: np.square, 3.0: _cube, 0.5: np.sqrt,
 }
 
 
 @registry.register("Pow", since=(1, 7, 12, 13, 15))
-class Pow(_LegacyBinary):
-    """Z = X ** Y; the output has the base's type (the exponent may be another type)."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.fast: Callable[[np.ndarray], np.ndarray] | None = None
-        y = info.constant(1)
-        if isinstance(y, np.ndarray) and y.size == 1 and y.ndim == 0 and y.dtype.kind == "f":
-            self.fast = _FAST_POWERS.get(float(y))
+class Pow(library.kernel("Pow", 15, BACKEND)):
+    """Pow with a constant exponent 1, 2, 3 or 0.5 of a float base computed by one ufunc
+    call (the cube in place), without the library's per-call checks; else the library's."""
 
     def compute(self, x, y):
+        if self.power is not None and x.dtype in _NATIVE_FLOATS and x.ndim >= self.exponent_rank:
+            r = _FAST_POWERS[self.power](x)
+            return (r if type(r) is np.ndarray else np.asarray(r),)
+        return super().compute(x, y)
+
+
+# --------------------------------------------------------------------------------------
+# Erf, Mod
+# --------------------------------------------------------------------------------------
+
+
+@registry.register("Erf", since=(9, 13))
+class Erf(library.kernel("Erf", 13, BACKEND)):
+    """Y = erf(X): float32 in float32 (:func:`erf_float32`, a few ulps), narrower types in
+    float64 and rounded to the input type.
+
+    float64 inputs go through ``math.erf`` element by element: the vectorized erf is
+    ~1e-14 accurate, which is well below an ulp of every narrower type but up to a few
+    ulps of float64, and float64 Erf is rare enough to favour exactness over speed.
+    """
+
+    _exact = np.frompyfunc(math.erf, 1, 1)
+
+    def compute(self, x):
         x = np.asarray(x)
-        if self.fast is not None and x.dtype.kind == "f" and x.dtype in _NATIVE_FLOATS:
-            return (self.fast(x),)
-        y = self._align(x, np.asarray(y))
         dt = x.dtype
-        if dt.kind in "iu":
-            if y.dtype.kind in "biu":
-                return (_int_pow(x, y),)
-            with np.errstate(all="ignore"):
-                return (_out(np.power(x.astype(np.float64), _as_float(y)), dt),)
-        with np.errstate(all="ignore"):
-            if dt.kind == "V" or y.dtype != dt:
-                xf = _as_float(x)
-                yf = _as_float(y)
-                if yf.dtype != xf.dtype:
-                    xf = xf.astype(np.float64)
-                    yf = yf.astype(np.float64)
-                return (_out(np.power(xf, yf), dt),)
-            return (np.asarray(np.power(x, y)),)
+        if dt == np.float64:
+            return (np.asarray(self._exact(x), dtype=np.float64).reshape(x.shape),)
+        if dt == np.float32:
+            return (erf_float32(x),)
+        return (_out(erf(x.astype(np.float64)), dt),)
 
 
 @registry.register("Mod", since=(10, 13, 28))
@@ -311,266 +254,6 @@ class Mod(Kernel):
             if dt == np.float16:  # compute the remainder exactly, round once
                 return (_out(fn(a.astype(np.float32), b.astype(np.float32)), dt),)
             return (_out(fn(a, b), dt),)
-
-
-# --------------------------------------------------------------------------------------
-# unary math
-# --------------------------------------------------------------------------------------
-
-
-class _UnaryFloat(Kernel):
-    """Base of float-only unary ops."""
-
-    fn: Callable[[np.ndarray], Any] = np.negative
-
-    def compute(self, x):
-        return (_float_unary(self.fn, np.asarray(x)),)
-
-
-class _UnaryAny(Kernel):
-    """Base of unary ops that also take integers (numpy keeps the dtype)."""
-
-    fn: Callable[[np.ndarray], Any] = np.negative
-
-    def compute(self, x):
-        x = np.asarray(x)
-        if x.dtype.kind in "iub":
-            with np.errstate(all="ignore"):
-                return (_out(self.fn(x), x.dtype),)
-        return (_float_unary(self.fn, x),)
-
-
-def _unary(name: str, since: tuple[int, ...], fn: Callable[..., Any], ints: bool, doc: str):
-    base = _UnaryAny if ints else _UnaryFloat
-    cls = type(name, (base,), {"fn": staticmethod(fn), "__doc__": doc, "__module__": __name__})
-    registry.register(name, since=since)(cls)
-    return cls
-
-
-_V1_6_13 = (1, 6, 13)
-Sqrt = _unary("Sqrt", _V1_6_13, np.sqrt, False, "Y = sqrt(X); NaN for negative inputs.")
-Neg = _unary("Neg", _V1_6_13, np.negative, True, "Y = -X (integers wrap around).")
-Reciprocal = _unary("Reciprocal", _V1_6_13, np.reciprocal, False, "Y = 1 / X.")
-Abs = _unary("Abs", _V1_6_13, np.abs, True, "Y = |X|.")
-Exp = _unary("Exp", _V1_6_13, np.exp, False, "Y = exp(X).")
-Log = _unary("Log", _V1_6_13, np.log, False, "Y = ln(X).")
-Floor = _unary("Floor", _V1_6_13, np.floor, False, "Y = floor(X).")
-Ceil = _unary("Ceil", _V1_6_13, np.ceil, False, "Y = ceil(X).")
-Round = _unary("Round", (11, 22), np.rint, False, "Y = X rounded to nearest, ties to even.")
-Sign = _unary("Sign", (9, 13), np.sign, True, "Y = -1, 0 or 1 by the sign of X.")
-Sin = _unary("Sin", (7, 22), np.sin, False, "Y = sin(X).")
-Cos = _unary("Cos", (7, 22), np.cos, False, "Y = cos(X).")
-Tan = _unary("Tan", (7, 22), np.tan, False, "Y = tan(X).")
-Asin = _unary("Asin", (7, 22), np.arcsin, False, "Y = asin(X).")
-Acos = _unary("Acos", (7, 22), np.arccos, False, "Y = acos(X).")
-Atan = _unary("Atan", (7, 22), np.arctan, False, "Y = atan(X).")
-Sinh = _unary("Sinh", (9, 22), np.sinh, False, "Y = sinh(X).")
-Cosh = _unary("Cosh", (9, 22), np.cosh, False, "Y = cosh(X).")
-Asinh = _unary("Asinh", (9, 22), np.arcsinh, False, "Y = asinh(X).")
-Acosh = _unary("Acosh", (9, 22), np.arccosh, False, "Y = acosh(X).")
-Atanh = _unary("Atanh", (9, 22), np.arctanh, False, "Y = atanh(X).")
-
-
-@registry.register("Erf", since=(9, 13))
-class Erf(Kernel):
-    """Y = erf(X): float32 in float32 (:func:`erf_float32`, a few ulps), narrower types in
-    float64 and rounded to the input type.
-
-    float64 inputs go through ``math.erf`` element by element: the vectorized erf is
-    ~1e-14 accurate, which is well below an ulp of every narrower type but up to a few
-    ulps of float64, and float64 Erf is rare enough to favour exactness over speed.
-    """
-
-    _exact = np.frompyfunc(math.erf, 1, 1)
-
-    def compute(self, x):
-        x = np.asarray(x)
-        dt = x.dtype
-        if dt == np.float64:
-            return (np.asarray(self._exact(x), dtype=np.float64).reshape(x.shape),)
-        if dt == np.float32:
-            return (erf_float32(x),)
-        return (_out(erf(x.astype(np.float64)), dt),)
-
-
-@registry.register("IsNaN", since=(9, 13, 20))
-class IsNaN(Kernel):
-    """Y = isnan(X) as bool."""
-
-    def compute(self, x):
-        x = np.asarray(x)
-        if x.dtype.kind in "iub":
-            return (np.zeros(x.shape, dtype=bool),)
-        return (np.asarray(np.isnan(_as_float(x))),)
-
-
-@registry.register("IsInf", since=(10, 20))
-class IsInf(Kernel):
-    """Y = X is +inf (detect_positive) or -inf (detect_negative), as bool."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.positive = bool(info.attr("detect_positive", 1))
-        self.negative = bool(info.attr("detect_negative", 1))
-
-    def compute(self, x):
-        x = np.asarray(x)
-        if x.dtype.kind in "iub":
-            return (np.zeros(x.shape, dtype=bool),)
-        xf = _as_float(x)
-        if self.positive and self.negative:
-            return (np.asarray(np.isinf(xf)),)
-        if self.positive:
-            return (np.asarray(xf == np.inf),)
-        if self.negative:
-            return (np.asarray(xf == -np.inf),)
-        return (np.zeros(x.shape, dtype=bool),)
-
-
-# --------------------------------------------------------------------------------------
-# variadic: Min, Max, Sum, Mean
-# --------------------------------------------------------------------------------------
-
-
-class _Variadic(Kernel):
-    ufunc: Callable[..., Any] = np.add
-
-    def _reduce(self, inputs: tuple[Any, ...]) -> tuple[np.ndarray, np.dtype[Any]]:
-        arrays = [np.asarray(v) for v in inputs if v is not None]
-        if not arrays:
-            raise ValueError(f"{self.info.op_type} needs at least one input")
-        dt = arrays[0].dtype
-        if dt.kind == "V" or dt == np.float16:  # accumulate in float32, round once
-            arrays = [a.astype(np.float32) for a in arrays]
-        with np.errstate(all="ignore"):
-            acc = functools.reduce(self.ufunc, arrays)
-        return np.asarray(acc), dt
-
-
-_VARIADIC_VERSIONS = (1, 6, 8, 12, 13)
-
-
-@registry.register("Max", since=_VARIADIC_VERSIONS)
-class Max(_Variadic):
-    """Elementwise maximum of all inputs (NaN propagates), broadcasting from opset 8."""
-
-    ufunc = np.maximum
-
-    def compute(self, *inputs):
-        acc, dt = self._reduce(inputs)
-        return (_out(acc, dt),)
-
-
-@registry.register("Min", since=_VARIADIC_VERSIONS)
-class Min(_Variadic):
-    """Elementwise minimum of all inputs (NaN propagates), broadcasting from opset 8."""
-
-    ufunc = np.minimum
-
-    def compute(self, *inputs):
-        acc, dt = self._reduce(inputs)
-        return (_out(acc, dt),)
-
-
-@registry.register("Sum", since=(1, 6, 8, 13))
-class Sum(_Variadic):
-    """Elementwise sum of all inputs, broadcasting from opset 8."""
-
-    ufunc = np.add
-
-    def compute(self, *inputs):
-        acc, dt = self._reduce(inputs)
-        return (_out(acc, dt),)
-
-
-@registry.register("Mean", since=(1, 6, 8, 13))
-class Mean(_Variadic):
-    """Elementwise mean of all inputs, broadcasting from opset 8."""
-
-    ufunc = np.add
-
-    def compute(self, *inputs):
-        n = sum(v is not None for v in inputs)
-        acc, dt = self._reduce(inputs)
-        if acc.dtype.kind in "iu":
-            return (_out(acc // n, dt),)
-        return (_out(acc / acc.dtype.type(n), dt),)
-
-
-# --------------------------------------------------------------------------------------
-# bitwise
-# --------------------------------------------------------------------------------------
-
-
-@registry.register("BitShift", since=(11, 28))
-class BitShift(Kernel):
-    """Shift X by Y bits; shifts outside [0, bits) leave only the sign fill."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        direction = info.attr("direction")
-        if direction not in ("LEFT", "RIGHT"):
-            raise InvalidGraph(
-                f"{_node(info)}: attribute direction must be 'LEFT' or 'RIGHT', got {direction!r}"
-            )
-        self.left = direction == "LEFT"
-
-    def compute(self, x, y):
-        x = np.asarray(x)
-        y = np.asarray(y)
-        dt = x.dtype
-        bits = dt.itemsize * 8
-        with np.errstate(all="ignore"):
-            valid = y < bits
-            if y.dtype.kind == "i":
-                valid &= y >= 0
-            shift = np.where(valid, y, 0).astype(dt)
-            if self.left:
-                r = np.left_shift(x, shift)
-                fill = np.zeros((), dtype=dt)
-            else:
-                r = np.right_shift(x, shift)
-                fill = np.where(x < 0, -1, 0).astype(dt) if dt.kind == "i" else dt.type(0)
-            if valid.all():
-                return (_out(r, dt),)
-            return (_out(np.where(valid, r, fill), dt),)
-
-
-class _Bitwise(Kernel):
-    ufunc: Callable[..., Any] = np.bitwise_and
-
-    def compute(self, a, b):
-        a = np.asarray(a)
-        return (_out(self.ufunc(a, np.asarray(b)), a.dtype),)
-
-
-@registry.register("BitwiseAnd", since=18)
-class BitwiseAnd(_Bitwise):
-    """C = A & B."""
-
-    ufunc = np.bitwise_and
-
-
-@registry.register("BitwiseOr", since=18)
-class BitwiseOr(_Bitwise):
-    """C = A | B."""
-
-    ufunc = np.bitwise_or
-
-
-@registry.register("BitwiseXor", since=18)
-class BitwiseXor(_Bitwise):
-    """C = A ^ B."""
-
-    ufunc = np.bitwise_xor
-
-
-@registry.register("BitwiseNot", since=18)
-class BitwiseNot(Kernel):
-    """Y = ~X."""
-
-    def compute(self, x):
-        return (np.asarray(np.invert(np.asarray(x))),)
 
 
 # --------------------------------------------------------------------------------------

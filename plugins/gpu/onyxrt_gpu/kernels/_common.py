@@ -148,18 +148,31 @@ def _astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> 
 #: CuPy has.
 _STANDARD_FALLBACKS: dict[str, Any] = {"astype": _astype, "bool": np.bool_}
 
+#: The array API standard's names for functions CuPy before 14 (and the simulated CuPy)
+#: has under numpy's names.
+_STANDARD_ALIASES: dict[str, str] = {
+    "pow": "power", "round": "rint", "acos": "arccos", "asin": "arcsin", "atan": "arctan",
+    "acosh": "arccosh", "asinh": "arcsinh", "atanh": "arctanh",
+    "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
+    "bitwise_invert": "invert",
+}  # fmt: skip
+
 _NAMESPACES: weakref.WeakValueDictionary[int, CupyNamespace] = weakref.WeakValueDictionary()
 
 
 class CupyNamespace:
     """A CuPy module as an array-API namespace: the module's own names, plus the few of
-    the standard it lacks (:data:`_STANDARD_FALLBACKS`). ``module`` is the CuPy module."""
+    the standard it lacks (:data:`_STANDARD_FALLBACKS`) or has under numpy's name
+    (:data:`_STANDARD_ALIASES`). ``module`` is the CuPy module."""
 
     def __init__(self, module: Any) -> None:
         self.module = module
         for name, fallback in _STANDARD_FALLBACKS.items():
             if not hasattr(module, name):
                 setattr(self, name, fallback)
+        for name, numpy_name in _STANDARD_ALIASES.items():
+            if not hasattr(module, name) and hasattr(module, numpy_name):
+                setattr(self, name, getattr(module, numpy_name))
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.module, name)

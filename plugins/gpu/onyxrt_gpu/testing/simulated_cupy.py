@@ -1644,6 +1644,11 @@ _NUMPY_FUNCTIONS = (
     "mod", "fmod", "power", "sqrt", "square", "negative", "reciprocal", "abs", "absolute",
     "exp", "expm1", "log", "log1p", "tanh", "sign", "floor", "ceil", "trunc", "rint",
     "minimum", "maximum", "fmin", "fmax", "clip", "copysign",
+    # trigonometric and hyperbolic (CuPy's ufuncs of the same names)
+    "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh",
+    "arctanh",
+    # bitwise
+    "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift",
     # comparisons and logic
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "logical_not", "logical_and", "logical_or", "logical_xor", "isnan", "isinf", "isfinite",
