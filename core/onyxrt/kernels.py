@@ -322,6 +322,7 @@ class KernelRegistry:
         self.provider_name = provider_name
         self._defs: dict[tuple[str, str, int], KernelDef] = {}
         self._versions: dict[tuple[str, str], list[int]] = {}
+        self._refused: dict[tuple[str, str], str] = {}
 
     def register(
         self,
@@ -361,6 +362,13 @@ class KernelRegistry:
 
         return decorator
 
+    def refuse(self, op_type: str, reason: str, *, domain: str = "") -> None:
+        """Record why this provider has no kernel for ``op_type`` (its array library lacks
+        a function the operator needs): :meth:`lookup` gives that reason for its nodes
+        instead of a bare "no kernel"."""
+        domain = "" if domain == "ai.onnx" else domain
+        self._refused[(domain, op_type)] = reason
+
     def definitions(self) -> list[KernelDef]:
         """Every registered kernel, sorted by domain, op and version."""
         return [self._defs[k] for k in sorted(self._defs)]
@@ -374,6 +382,9 @@ class KernelRegistry:
         domain = "" if domain == "ai.onnx" else domain
         versions = self._versions.get((domain, op_type))
         if not versions:
+            refused = self._refused.get((domain, op_type))
+            if refused is not None:
+                return None, f"no {self.provider_name} kernel for {domain or 'ai.onnx'}::{op_type}: {refused}"
             return None, f"no {self.provider_name} kernel for {domain or 'ai.onnx'}::{op_type}"
         since = schema_since_version(domain, op_type, opset)
         if since is None:

@@ -156,6 +156,9 @@ class OpLibrary:
             lacks = backend.lacks(d.needs)
             if lacks:
                 missing[d.op_type] = f"{backend.name} lacks {', '.join(lacks)}"
+                if not any((d.domain, d.op_type, v) in registry for v in d.versions):
+                    # The node is refused at capability time with this reason.
+                    registry.refuse(d.op_type, missing[d.op_type], domain=d.domain)
                 continue
             cls = self._bind_class(d.cls, backend)
             for version in d.versions:
