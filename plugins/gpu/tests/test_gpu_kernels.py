@@ -40,6 +40,8 @@ OPS = [
     "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
     "Cosh", "Asinh", "Acosh", "Atanh", "IsNaN", "IsInf", "Sum", "Mean", "BitShift",
     "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
+    # logical, from the operator library (onyxrt_ops) bound over CuPy
+    "LessOrEqual", "GreaterOrEqual", "Or", "Xor",
     # activation
     "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "Gelu",
     "Softmax", "LogSoftmax",
@@ -352,6 +354,12 @@ ELEMENTWISE = [
     case("Greater", [randn(2, 3), randn(3, seed=1)], 1, broadcast=1, id="Greater-1-legacy"),
     case("Not", [randn(3, 4) > 0], 1),
     case("And", [randn(3, 4) > 0, randn(4, seed=1) > 0], 7),
+    case("LessOrEqual", [randint(3, 4, lo=0, hi=3), randint(4, lo=0, hi=3, seed=1)], 16),
+    case("GreaterOrEqual", [randn(3, 4, dtype=np.float64), randn(3, 1, seed=1,
+                            dtype=np.float64)], 16),
+    case("Or", [randn(3, 4) > 0, randn(3, 1, seed=1) > 0], 7),
+    case("Xor", [randn(2, 3, 4) > 0, randn(3, seed=1) > 0], 1, broadcast=1, axis=1,
+         id="Xor-1-legacy"),
     case("Where", [randn(3, 4) > 0, randn(3, 4, seed=1), randn(4, seed=2)], 16),
     case("Where", [randn(3, 1) > 0, randint(1, 4), randint(3, 4, seed=3)], 16, id="Where-int"),
     case("Cast", [randn(3, 4, scale=5)], 21, to=TensorProto.INT32, id="Cast-f32-int32"),

@@ -21,13 +21,14 @@ kernel registry, after registering its own fast paths (compiled, fused) as overr
 Importing the package imports every family module, which fills :data:`library`:
 
 * :mod:`onyxrt_ops.activation` — activations and the softmax family;
-* :mod:`onyxrt_ops.elementwise` — arithmetic, math functions, Max/Min/Sum/Mean, bitwise.
+* :mod:`onyxrt_ops.elementwise` — arithmetic, math functions, Max/Min/Sum/Mean, bitwise;
+* :mod:`onyxrt_ops.logical` — comparisons, boolean logic and Where.
 """
 
 from __future__ import annotations
 
 # The family modules register their operators in ``library`` when imported.
-from . import activation, elementwise  # noqa: F401
+from . import activation, elementwise, logical  # noqa: F401
 from .backend import Backend, namespace_backend, numpy_backend
 from .library import OpKernel, OpLibrary, library
 

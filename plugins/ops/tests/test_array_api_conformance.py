@@ -24,10 +24,10 @@ def test_every_expressible_case_passes_over_array_api_strict():
     failed = [o for o in outcomes if o.outcome == "failed"]
     assert not failed, _report(failed)
     passed = sum(o.outcome == "passed" for o in outcomes)
-    assert passed >= 0.8 * len(outcomes), _report(outcomes)  # only half-precision cases may not be expressible
+    assert passed >= 0.8 * len(outcomes), _report(outcomes)  # only half-precision and string cases may not be expressible
     for o in outcomes:
         if o.outcome == "not_expressible":
-            assert "float16" in o.detail or "bfloat16" in o.detail, o
+            assert "float16" in o.detail or "bfloat16" in o.detail or "object" in o.detail, o
 
 
 def test_every_case_passes_over_numpy():

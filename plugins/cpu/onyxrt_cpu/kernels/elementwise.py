@@ -17,9 +17,6 @@ CPU-only operators (the array API standard cannot express them):
 * Mod — ``fmod=1`` needs C's ``fmod`` on floats (the standard has only ``remainder``);
 * Cast, CastLike — strings, the float8/4-bit/2-bit types of ``ml_dtypes``, float8
   saturation and e8m0 rounding modes.
-
-:func:`legacy_align` implements ONNX's legacy ``broadcast``/``axis`` attributes of the
-versions before 7 for the numpy kernels here and in the logical module.
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ from . import registry
 from ._backend import BACKEND
 from ._special import erf, erf_float32
 
-__all__ = ["legacy_align", "cast_array", "Add", "Sub", "Mul", "Pow", "Erf", "Mod", "Cast", "CastLike"]
+__all__ = ["cast_array", "Add", "Sub", "Mul", "Pow", "Erf", "Mod", "Cast", "CastLike"]
 
 _NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 _OBJ = np.dtype(object)
@@ -54,41 +51,6 @@ _OBJ = np.dtype(object)
 
 def _node(info: KernelInfo) -> str:
     return f"{info.op_type} node {info.node_name!r}"
-
-
-def legacy_align(a: np.ndarray, b: np.ndarray, broadcast: int, axis: int | None) -> np.ndarray:
-    """Reshape ``b`` for the pre-opset-7 broadcasting rule (``broadcast``/``axis`` attributes).
-
-    Without ``broadcast`` both shapes must be equal. With it, ``b`` is a scalar, a one-element
-    tensor, or a contiguous run of ``a``'s dims starting at ``axis`` (suffix when unset); a
-    size-1 dim of ``b`` stretches, as exporters of the time (PyTorch) relied on.
-    """
-    if not broadcast:
-        if a.shape != b.shape:
-            raise ValueError(
-                f"shapes {a.shape} and {b.shape} differ and the 'broadcast' attribute is not "
-                "set (this opset version only broadcasts with broadcast=1)"
-            )
-        return b
-    if b.size == 1:
-        return b.reshape(())
-    if b.ndim > a.ndim:
-        raise ValueError(f"cannot broadcast shape {b.shape} onto {a.shape}: rank is larger")
-    if axis is None:
-        start = a.ndim - b.ndim
-    else:
-        start = axis + a.ndim if axis < 0 else axis
-    window = a.shape[start : start + b.ndim] if start >= 0 else ()
-    if (
-        start < 0
-        or start + b.ndim > a.ndim
-        or any(db not in (1, da) for da, db in zip(window, b.shape))
-    ):
-        raise ValueError(
-            f"cannot broadcast shape {b.shape} onto {a.shape} at axis {start} "
-            "(legacy broadcasting needs a contiguous match)"
-        )
-    return b.reshape(b.shape + (1,) * (a.ndim - start - b.ndim))
 
 
 def _is_native_float(dt: np.dtype[Any]) -> bool:
@@ -112,22 +74,6 @@ def _out(r: Any, dtype: np.dtype[Any]) -> np.ndarray:
         with np.errstate(all="ignore"):
             r = r.astype(dtype)
     return r
-
-
-class _LegacyBinary(Kernel):
-    """Base of two-input ops: parses the legacy broadcast attributes of old versions."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.legacy = info.since_version < 7
-        self.broadcast = int(info.attr("broadcast", 0))
-        axis = info.attr("axis")
-        self.axis = None if axis is None else int(axis)
-
-    def _align(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        if self.legacy:
-            return legacy_align(a, b, self.broadcast, self.axis)
-        return b
 
 
 # --------------------------------------------------------------------------------------
