@@ -118,3 +118,14 @@ def typed_oracle(op: str, inputs: Sequence[Any], opset: int, out_dtype: Any,
         from onnx.reference import ReferenceEvaluator
 
         return ReferenceEvaluator(model).run(None, feeds)[0]
+
+
+def assert_matches(got: Any, expected: np.ndarray, tolerances: Any) -> None:
+    """``got`` has ``expected``'s dtype and shape and its values: within
+    ``tolerances[dtype]`` = (rtol, atol) for floats, exactly otherwise."""
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if expected.dtype.kind == "f":
+        rtol, atol = tolerances[expected.dtype]
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(got, expected)

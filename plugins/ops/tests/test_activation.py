@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx.defs
 import pytest
-from library_harness import Bound, node, oracle
+from library_harness import Bound, assert_matches, node, oracle
 from onnx import TensorProto
 
 from onyxrt.dtypes import np_dtype
@@ -131,12 +131,7 @@ _TOL = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float64): (1e-6, 1e-9)}
 def test_same_as_onnxruntime(bound: Bound, op, inputs, opset, attrs, want):
     got = bound.run(op, inputs, opset, **attrs)
     expected = want(*inputs) if want else oracle(op, inputs, opset, **attrs)
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    if expected.dtype.kind == "f":
-        rtol, atol = _TOL[expected.dtype]
-        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
-    else:
-        np.testing.assert_array_equal(got, expected)
+    assert_matches(got, expected, _TOL)
 
 
 def test_every_operator_has_a_case():
