@@ -285,6 +285,14 @@ class KernelDef:
                     return f"dtype {dt} for type constraint {param} is not supported"
         return None
 
+    def unsupported_node(self, graph: Any, node: Any) -> str:
+        """Why this kernel cannot run this particular node (an attribute value, a constant
+        input it does not handle), or ``""``: the kernel class's optional
+        ``refuse_node(graph, node)`` classmethod, asked at capability time so that such a
+        node goes to another provider instead of failing when it runs."""
+        refuse = getattr(self.factory, "refuse_node", None)
+        return str(refuse(graph, node) or "") if refuse is not None else ""
+
 
 @functools.lru_cache(maxsize=4096)
 def schema_since_version(domain: str, op_type: str, opset: int) -> int | None:

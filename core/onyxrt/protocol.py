@@ -313,7 +313,10 @@ class KernelRegistryProvider(ExecutionProvider):
             [graph.value_type(n) if n else None for n in node.inputs],
             [graph.value_type(n) if n else None for n in node.outputs],
         )
-        return (bad_type, "dtype") if bad_type else ("", "")
+        if bad_type:
+            return bad_type, "dtype"
+        refused = kdef.unsupported_node(graph, node)
+        return (refused, "attribute") if refused else ("", "")
 
     def host_input_indices(self, node: Node, graph: GraphView) -> frozenset[int]:
         """The registered kernel's ``host_inputs``."""

@@ -845,6 +845,44 @@ def test_dropout_training_is_refused(sim):
         kernel.compute(sim.cupy.asarray(x), np.float32(0.5), np.array(True))
 
 
+@pytest.mark.parametrize("mode, ratio, on_gpu", [
+    ("input", None, False),       # decided at run time: may be true
+    (True, np.float32(0.5), False),
+    (True, np.float32(0.0), True),  # drops nothing
+    (False, np.float32(0.5), True),
+])
+def test_training_dropout_is_refused_at_capability_time(sim, mode, ratio, on_gpu):
+    """A Dropout whose training_mode may be true goes to the CPU with a reason in the
+    placement report (it used to be claimed and fail when run), and the session runs."""
+    import onyxrt as ort
+
+    inits = []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])]
+    if ratio is None:
+        inputs += [helper.make_tensor_value_info("r", TensorProto.FLOAT, []),
+                   helper.make_tensor_value_info("t", TensorProto.BOOL, [])]
+    else:
+        inits = [numpy_helper.from_array(np.asarray(ratio), "r"), numpy_helper.from_array(np.asarray(mode), "t")]
+    graph = helper.make_graph(
+        [helper.make_node("Dropout", ["x", "r", "t"], ["y", "m"], name="drop", seed=0)], "g", inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("m", TensorProto.BOOL, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    (placed,) = session.placement.nodes
+    assert (placed.provider == "CUDAExecutionProvider") is on_gpu
+    if not on_gpu:
+        (why,) = [r for r in session.placement.refusals_for("drop") if r.provider == "CUDAExecutionProvider"]
+        assert "no random dropout" in why.reason and why.category == "attribute"
+    x = randn(3, 4)
+    feeds = {"x": x} if ratio is not None else {"x": x, "r": np.float32(0.5), "t": np.array(True)}
+    y, mask = session.run(None, feeds)
+    assert y.shape == mask.shape == (3, 4)
+    if on_gpu:
+        np.testing.assert_array_equal(y, x)
+
+
 def test_conv_builds_large_column_matrices_in_pieces(sim, monkeypatch):
     from onyxrt_gpu.kernels import conv
 

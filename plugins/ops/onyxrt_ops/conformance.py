@@ -9,7 +9,9 @@ numpy's extras. A case is *not expressible* on a backend when an input or output
 dtype the backend cannot hold (float16 and bfloat16 are not in the standard), and is
 reported as such, not counted as a pass.
 
-    python -m onyxrt_ops.conformance            # over array_api_strict: counts and failures
+    python -m onyxrt_ops.conformance                     # over array_api_strict: counts and failures
+    python -m onyxrt_ops.conformance --backend torch-cuda  # over torch on a GPU
+    python -m onyxrt_ops.conformance --backend onyxrt_gpu.kernels._common:BACKEND  # the GPU providers'
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ import numpy as np
 
 from onyxrt.kernels import KernelInfo, schema_since_version
 
-from .backend import Backend, namespace_backend
+from .backend import Backend, namespace_backend, numpy_backend
 from .library import OpLibrary, library
 
-__all__ = ["CaseOutcome", "library_cases", "run_case", "run_cases", "strict_backend", "host_erf", "main"]
+__all__ = ["CaseOutcome", "library_cases", "run_case", "run_cases", "strict_backend", "host_erf", "to_host", "torch_backend", "backend_named", "main"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,19 @@ def host_erf(xp: Any) -> Any:
         return xp.asarray(values)
 
     return erf
+
+
+def to_host(value: Any) -> np.ndarray:
+    """A backend's array as a numpy array: through DLPack where the array lives in host
+    memory, else copied to the host (``array_api_compat.to_device``: CuPy, torch on a GPU)."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError):
+        import array_api_compat
+
+        return np.asarray(array_api_compat.to_device(value, "cpu"))
 
 
 def strict_backend() -> Backend:
@@ -101,7 +116,7 @@ def run_case(case: Any, backend: Backend, lib: OpLibrary = library) -> CaseOutco
             given = iter(arrays)
             args = [next(given) if name else None for name in node.input]
             outputs = kernel.compute(*args)
-            got = [np.from_dlpack(o) if not isinstance(o, np.ndarray) else o for o in outputs[: len(wanted)]]
+            got = [to_host(o) for o in outputs[: len(wanted)]]
             Runner.assert_similar_outputs(wanted, got, rtol=case.rtol, atol=case.atol)
         except AssertionError as exc:
             return CaseOutcome(case.name, node.op_type, "failed", f"mismatch: {str(exc).splitlines()[0][:200]}")
@@ -115,14 +130,64 @@ def run_cases(cases: Iterable[Any], backend: Backend, lib: OpLibrary = library) 
     return [run_case(c, backend, lib) for c in cases]
 
 
+def torch_backend() -> Backend:
+    """A backend over torch (through ``array_api_compat.torch``) on its default device —
+    the GPU when ``torch.set_default_device("cuda")`` was called — with ``torch.special.erf``.
+    torch's unsigned types beyond uint8 have few kernels, so they are not offered. The
+    library passes Python scalars where the 2024.12 standard allows them (``maximum(x, 0)``),
+    which ``array_api_compat.torch`` accepts from version 1.16."""
+    import array_api_compat
+    import array_api_compat.torch as xp
+    import torch
+
+    if tuple(int(p) for p in array_api_compat.__version__.split(".")[:2]) < (1, 16):
+        raise RuntimeError(f"the torch backend needs array-api-compat >= 1.16 (Python scalars in "
+                           f"maximum/minimum); {array_api_compat.__version__} is installed")
+
+    dtypes = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16, np.float32, np.float64]
+    return namespace_backend(xp, "torch", dtypes=dtypes, extras={"erf": torch.special.erf})
+
+
+def backend_named(name: str) -> Backend:
+    """The backend ``--backend`` names: ``array_api_strict`` (default), ``numpy``, ``torch``,
+    ``torch-cuda`` (torch with CUDA as its default device), or ``module:attribute`` naming a
+    :class:`Backend` object (``onyxrt_gpu.kernels._common:BACKEND`` is the GPU providers')."""
+    if name == "array_api_strict":
+        return strict_backend()
+    if name == "numpy":
+        return numpy_backend(extras={"erf": host_erf(np)})
+    if name in ("torch", "torch-cuda"):
+        if name == "torch-cuda":
+            import torch
+
+            torch.set_default_device("cuda")
+        return torch_backend()
+    module, sep, attribute = name.partition(":")
+    if not sep:
+        raise SystemExit(f"unknown backend {name!r}: use array_api_strict, numpy, torch, torch-cuda or module:attribute")
+    import importlib
+
+    backend = getattr(importlib.import_module(module), attribute)
+    if not isinstance(backend, Backend):
+        raise SystemExit(f"{name} is a {type(backend).__name__}, not an onyxrt_ops.Backend")
+    return backend
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the library's conformance over array_api_strict; 1 if a case fails."""
+    """Print the library's conformance over a backend (``--backend``, default
+    array_api_strict); 1 if a case fails."""
+    import argparse
+
     import onyxrt_ops  # noqa: F401  (fills the library)
 
-    outcomes = run_cases(library_cases(), strict_backend())
+    parser = argparse.ArgumentParser(prog="python -m onyxrt_ops.conformance", description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="array_api_strict", help=backend_named.__doc__)
+    args = parser.parse_args(argv)
+    backend = backend_named(args.backend)
+    outcomes = run_cases(library_cases(), backend)
     counts = {k: sum(o.outcome == k for o in outcomes) for k in ("passed", "failed", "not_expressible")}
-    print(f"library node cases over array_api_strict: {counts['passed']} passed, {counts['failed']} failed, "
-          f"{counts['not_expressible']} not expressible (dtypes outside the standard)")
+    print(f"library node cases over {backend.name}: {counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['not_expressible']} not expressible (dtypes the backend cannot hold)")
     for o in outcomes:
         if o.outcome != "passed":
             print(f"  {o.outcome:16} {o.name}: {o.detail}")

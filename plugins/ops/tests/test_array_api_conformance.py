@@ -35,3 +35,34 @@ def test_every_case_passes_over_numpy():
 
     outcomes = run_cases(CASES, numpy_backend(extras={"erf": host_erf(np)}))
     assert all(o.outcome == "passed" for o in outcomes), _report(outcomes)
+
+
+def test_every_case_passes_over_the_gpu_providers_backend_under_the_simulated_cupy():
+    """The backend the GPU providers bind (CuPy's namespace, resolved when a kernel is
+    built) over the simulated CuPy: dtypes CuPy lacks are not expressible, the rest pass.
+    On a real GPU the same run is ``python -m onyxrt_ops.conformance --backend
+    onyxrt_gpu.kernels._common:BACKEND`` (benchmarks/gpu_check.py runs it)."""
+    import pytest
+
+    simulated_cupy = pytest.importorskip("onyxrt_gpu.testing.simulated_cupy")
+    from onyxrt_ops.conformance import backend_named
+
+    with simulated_cupy.install():
+        outcomes = run_cases(CASES, backend_named("onyxrt_gpu.kernels._common:BACKEND"))
+    assert not [o for o in outcomes if o.outcome == "failed"], _report(outcomes)
+    for o in outcomes:
+        if o.outcome == "not_expressible":
+            assert "bfloat16" in o.detail or "object" in o.detail, o
+
+
+def test_the_command_names_its_backend_and_refuses_an_unknown_one(capsys):
+    import pytest
+
+    from onyxrt_ops.conformance import main
+
+    assert main(["--backend", "numpy"]) == 0
+    assert "library node cases over numpy:" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="unknown backend 'tensorflow'"):
+        main(["--backend", "tensorflow"])
+    with pytest.raises(SystemExit, match="not an onyxrt_ops.Backend"):
+        main(["--backend", "numpy:float32"])

@@ -499,9 +499,27 @@ class Dropout(_HostInputs):
     """Dropout for inference: the input passes through; the mask (when asked) is all ones.
 
     Versions 1 and 6 are treated as inference whatever ``is_test`` says (as onnxruntime
-    does); from version 12 a true ``training_mode`` input is refused (no random dropout
-    on the GPU provider).
+    does). From version 12 a node whose ``training_mode`` may be true is refused at
+    capability time (:meth:`refuse_node`): the GPU provider has no random dropout, so such
+    a node runs on a provider that has (the CPU's).
     """
+
+    @classmethod
+    def refuse_node(cls, graph: Any, node: Any) -> str:
+        """Why a training-mode Dropout cannot run here: ``training_mode`` present and not
+        a constant false (a constant ``ratio`` of 0 drops nothing, so it is accepted)."""
+        mode = node.inputs[2] if len(node.inputs) > 2 else ""
+        if not mode:
+            return ""
+        if not graph.is_constant(mode):
+            return (f"training_mode ({mode!r}) is decided at run time and may be true; the GPU "
+                    "provider has no random dropout")
+        if not bool(np.asarray(graph.initializers[mode]).reshape(-1)[0]):
+            return ""
+        ratio = node.inputs[1] if len(node.inputs) > 1 else ""
+        if ratio and graph.is_constant(ratio) and float(np.asarray(graph.initializers[ratio]).reshape(-1)[0]) == 0.0:
+            return ""
+        return "training_mode is true (random dropout); the GPU provider has no random dropout"
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)

@@ -1,0 +1,319 @@
+"""The GPU check: what onyxrt's CUDA provider does on a real device, in one command.
+
+    python benchmarks/gpu_check.py                       # every phase, a report at the end
+    python benchmarks/gpu_check.py --out results/        # plus the raw results as JSON
+    python benchmarks/gpu_check.py --skip timing --conformance-seconds 120
+
+Run it with onyxrt, onyxrt-ops, onyxrt-gpu and onyxrt-cuda installed in an environment
+whose CuPy sees a GPU. Without a usable device it says why (the provider's own probe) and
+exits with status 2. The phases, each bounded in time:
+
+* ``tests`` — the GPU-marked tests (``pytest -m gpu``) of the GPU plugins;
+* ``library`` — the operator library's node cases straight over the GPU providers' CuPy
+  backend, and over torch on the GPU where torch is installed (``onyxrt_ops.conformance``);
+* ``conformance`` — every ONNX node case through a session with providers [CUDA, CPU],
+  beside the same case on the CPU alone, in ``--workers`` processes: how many pass, which
+  fail on the GPU only (grouped by error), and how many run wholly on the GPU;
+* ``timing`` — median latency of ``onyxrt.testing.models`` (ResNet-50, MobileNetV2,
+  BERT-base, GPT-2) at batch 1 and 8 on onyxrt's CUDA provider, on onyxrt's CPU provider and
+  on onnxruntime with its best installed provider, each in its own process.
+
+Phases that run out of time report what they finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+PHASES = ("tests", "library", "conformance", "timing")
+MODELS = ("resnet50", "mobilenet_v2", "bert", "gpt2")
+
+
+def _device_status() -> tuple[bool, str]:
+    from onyxrt.discovery import catalog
+
+    try:
+        status = catalog().status(CUDA)
+    except KeyError:
+        return False, "onyxrt-cuda is not installed (fix: pip install ./plugins/gpu ./plugins/cuda)"
+    if status.usable:
+        details = ", ".join(f"{k} {v}" for k, v in status.details.items())
+        return True, details
+    return False, f"{status.reason}" + (f" (fix: {status.fix})" if status.fix else "")
+
+
+# -- conformance shard (a child process) --------------------------------------------------
+
+
+def _shard(index: int, count: int, out: Path) -> int:
+    """Run every ``count``-th node case from ``index`` on CPU and on [CUDA, CPU]; one JSON
+    line per case, flushed as it goes (the parent may stop this process at its deadline)."""
+    from onyxrt import backend
+    from onyxrt.testing.conformance import check_case, node_cases
+    from onyxrt.testing.conformance import run_cases as run_on
+
+    cases = node_cases()[index::count]
+    with out.open("w") as sink:
+        for case in cases:
+            cpu = run_on([case], "CPU")[0]
+            gpu = run_on([case], "CUDA")[0]
+            whole = False
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    rep = backend.prepare(case.model, "CUDA")
+                placed = rep.session.placement.nodes
+                whole = bool(placed) and all(n.provider == CUDA for n in placed)
+            except Exception:
+                pass
+            detail = ""
+            if cpu.passed and not gpu.passed and gpu.error.startswith("AssertionError"):
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        check_case(case, "CUDA")
+                except AssertionError as exc:  # numpy's message: mismatched count, max differences
+                    detail = " | ".join(line.strip() for line in str(exc).splitlines()
+                                        if line.strip().startswith(("Mismatched", "Max")))
+            sink.write(json.dumps({"name": case.name, "cpu": cpu.passed, "gpu": gpu.passed,
+                                   "error": gpu.error, "detail": detail, "whole": whole}) + "\n")
+            sink.flush()
+    return 0
+
+
+def _conformance(workers: int, seconds: float, folder: Path) -> dict[str, Any]:
+    procs = []
+    for i in range(workers):
+        path = folder / f"shard{i}.jsonl"
+        procs.append((subprocess.Popen([sys.executable, __file__, "--shard", f"{i}/{workers}", str(path)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), path))
+    deadline = time.monotonic() + seconds
+    finished = True
+    for proc, _ in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            finished = False
+    rows = []
+    for _, path in procs:
+        if path.exists():
+            rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    gpu_only = [r for r in rows if r["cpu"] and not r["gpu"]]
+    by_error: dict[str, list[str]] = collections.defaultdict(list)
+    for r in gpu_only:
+        by_error[r["error"][:140]].append(r["name"] + (f" ({r['detail']})" if r.get("detail") else ""))
+    return {
+        "cases": len(rows), "finished": finished,
+        "passed_gpu": sum(r["gpu"] for r in rows), "passed_cpu": sum(r["cpu"] for r in rows),
+        "wholly_on_gpu": sum(r["whole"] for r in rows),
+        "wholly_on_gpu_passed": sum(r["whole"] and r["gpu"] for r in rows),
+        "failed_on_gpu_only": len(gpu_only),
+        "gpu_only_errors": {k: v for k, v in sorted(by_error.items(), key=lambda kv: -len(kv[1]))},
+        "worker_stderr": [p.stderr.read()[-2000:] for p, _ in procs if p.stderr and p.returncode],
+    }
+
+
+# -- timing (a child process per runtime, model and batch) --------------------------------
+
+
+def _time_one(runtime: str, model_name: str, batch: int, runs: int) -> dict[str, Any]:
+    import numpy as np
+
+    from onyxrt.testing import models
+
+    builders = {
+        "resnet50": lambda: models.resnet(batch=batch),
+        "mobilenet_v2": lambda: models.mobilenet_v2(batch=batch),
+        "bert": lambda: models.bert_encoder(batch=batch),
+        "gpt2": lambda: models.gpt2(batch=batch),
+    }
+    model = builders[model_name]().SerializeToString()
+    if runtime == "onnxruntime":
+        import onnxruntime as rt
+
+        providers = [p for p in (CUDA, CPU) if p in rt.get_available_providers()]
+    else:
+        import onyxrt as rt  # type: ignore[no-redef]
+
+        providers = [CUDA, CPU] if runtime == "onyxrt-cuda" else [CPU]
+    start = time.perf_counter()
+    session = rt.InferenceSession(model, providers=providers)
+    created = time.perf_counter() - start
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for arg in session.get_inputs():
+        shape = [d if isinstance(d, int) else batch for d in arg.shape]
+        if "int" in arg.type:
+            feeds[arg.name] = rng.integers(0, 100, size=shape).astype(np.int64)
+        else:
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+    for _ in range(3):
+        session.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    return {"runtime": runtime, "providers": session.get_providers(), "model": model_name, "batch": batch,
+            "median_ms": 1000 * statistics.median(times), "created_s": created}
+
+
+def _timing(models: list[str], batches: list[int], runtimes: list[str], runs: int,
+            seconds: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + seconds
+    results: list[dict[str, Any]] = []
+    for batch in batches:
+        for name in models:
+            for runtime in runtimes:
+                left = deadline - time.monotonic()
+                if left < 5:
+                    results.append({"runtime": runtime, "model": name, "batch": batch, "error": "out of time"})
+                    continue
+                try:
+                    out = subprocess.run([sys.executable, __file__, "--time-one", runtime, name, str(batch), str(runs)],
+                                         capture_output=True, text=True, timeout=left)
+                    if out.returncode:
+                        results.append({"runtime": runtime, "model": name, "batch": batch,
+                                        "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]})
+                    else:
+                        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                except subprocess.TimeoutExpired:
+                    results.append({"runtime": runtime, "model": name, "batch": batch, "error": "out of time"})
+    return results
+
+
+def _print_timing(results: list[dict[str, Any]]) -> None:
+    table: dict[tuple[str, int], dict[str, Any]] = collections.defaultdict(dict)
+    for r in results:
+        table[(r["model"], r["batch"])][r["runtime"]] = r
+    print(f"{'model':14}{'batch':>6}{'onyxrt CUDA ms':>16}{'onyxrt CPU ms':>15}{'onnxruntime ms':>16}  onnxruntime providers")
+    for (model, batch), row in table.items():
+        cells = []
+        for runtime in ("onyxrt-cuda", "onyxrt-cpu", "onnxruntime"):
+            r = row.get(runtime, {})
+            cells.append(f"{r['median_ms']:.2f}" if "median_ms" in r else r.get("error", "-")[:14])
+        ort_providers = ",".join(p.replace("ExecutionProvider", "") for p in row.get("onnxruntime", {}).get("providers", []))
+        print(f"{model:14}{batch:>6}{cells[0]:>16}{cells[1]:>15}{cells[2]:>16}  {ort_providers}")
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def _run_child(cmd: list[str], seconds: float) -> tuple[int, str]:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds)
+        return out.returncode, out.stdout + out.stderr
+    except subprocess.TimeoutExpired as exc:
+        text = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return 124, text + f"\n(stopped after {seconds:.0f} s)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="folder for the raw results (JSON)")
+    parser.add_argument("--skip", default="", help=f"comma-separated phases to skip: {', '.join(PHASES)}")
+    parser.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)))
+    parser.add_argument("--conformance-seconds", type=float, default=240)
+    parser.add_argument("--library-seconds", type=float, default=240)
+    parser.add_argument("--tests-seconds", type=float, default=180)
+    parser.add_argument("--timing-seconds", type=float, default=240)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--batch", default="1,8")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--runtimes", default="onyxrt-cuda,onyxrt-cpu,onnxruntime",
+                        help="which of onyxrt-cuda, onyxrt-cpu, onnxruntime to time")
+    parser.add_argument("--shard", nargs=2, metavar=("I/N", "FILE"), help=argparse.SUPPRESS)
+    parser.add_argument("--time-one", nargs=4, metavar=("RUNTIME", "MODEL", "BATCH", "RUNS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.shard:
+        i, n = (int(v) for v in args.shard[0].split("/"))
+        return _shard(i, n, Path(args.shard[1]))
+    if args.time_one:
+        runtime, model, batch, runs = args.time_one
+        print(json.dumps(_time_one(runtime, model, int(batch), int(runs))))
+        return 0
+
+    usable, said = _device_status()
+    if not usable:
+        print(f"gpu_check: no usable GPU here — {said}", file=sys.stderr)
+        return 2
+    print(f"CUDAExecutionProvider: usable ({said})", flush=True)
+    skip = {s for s in args.skip.split(",") if s}
+    folder = args.out or Path(os.environ.get("TMPDIR", "/tmp")) / "onyxrt-gpu-check"
+    folder.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"device": said}
+    root = Path(__file__).resolve().parent.parent
+
+    library_procs = []
+    if "library" not in skip:
+        backends = ["onyxrt_gpu.kernels._common:BACKEND"]
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                backends.append("torch-cuda")
+        except ImportError:
+            pass
+        for b in backends:
+            log = folder / f"library-{b.split(':')[0].replace('.', '_')}.txt"
+            library_procs.append((b, log, subprocess.Popen(
+                [sys.executable, "-m", "onyxrt_ops.conformance", "--backend", b],
+                stdout=log.open("w"), stderr=subprocess.STDOUT)))
+    if "tests" not in skip:
+        tests = [str(root / p) for p in ("plugins/cuda/tests", "plugins/gpu/tests") if (root / p).is_dir()]
+        rc, text = _run_child([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *tests],
+                              args.tests_seconds)
+        tail = "\n".join(text.strip().splitlines()[-15:])
+        report["tests"] = {"rc": rc, "tail": tail}
+        print(f"\n== GPU-marked tests (rc {rc})\n{tail}", flush=True)
+    if "conformance" not in skip:
+        result = _conformance(args.workers, args.conformance_seconds, folder)
+        report["conformance"] = result
+        print(f"\n== node conformance through sessions [CUDA, CPU] ({'complete' if result['finished'] else 'stopped at the deadline'})")
+        print(f"cases run {result['cases']}: pass with the GPU {result['passed_gpu']}, on the CPU alone "
+              f"{result['passed_cpu']}; wholly on the GPU {result['wholly_on_gpu']} "
+              f"({result['wholly_on_gpu_passed']} of them pass); fail only with the GPU {result['failed_on_gpu_only']}")
+        for error, names in list(result["gpu_only_errors"].items())[:25]:
+            print(f"  {len(names):4}  {error}\n        {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}")
+        for err in result["worker_stderr"]:
+            print("  worker stderr:", err[-500:])
+        sys.stdout.flush()
+    for name, log, proc in library_procs:
+        try:
+            proc.wait(timeout=max(1.0, args.library_seconds))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        text = log.read_text()
+        report.setdefault("library", {})[name] = text
+        lines = text.strip().splitlines()
+        print(f"\n== operator library over {name} (rc {proc.returncode})")
+        print("\n".join(lines[:40]))
+        sys.stdout.flush()
+    if "timing" not in skip:
+        results = _timing(args.models.split(","), [int(b) for b in args.batch.split(",")],
+                          args.runtimes.split(","), args.runs,
+                          args.timing_seconds)
+        report["timing"] = results
+        print("\n== latency, median of", args.runs, "runs after 3 warm-up runs (each runtime in its own process)")
+        _print_timing(results)
+    (folder / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    print(f"\nraw results: {folder / 'gpu_check.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
