@@ -28,7 +28,17 @@ Importing the package imports every family module, which fills :data:`library`:
 from __future__ import annotations
 
 # The family modules register their operators in ``library`` when imported.
-from . import activation, elementwise, logical  # noqa: F401
+from . import (  # noqa: F401
+    activation,
+    elementwise,
+    indexing,
+    linalg,
+    logical,
+    normalization,
+    reduction,
+    shape,
+    spatial,
+)
 from .backend import Backend, namespace_backend, numpy_backend
 from .library import OpKernel, OpLibrary, library
 

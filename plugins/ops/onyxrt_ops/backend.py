@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Backend", "numpy_backend", "namespace_backend", "STANDARD_DTYPES"]
+__all__ = ["Backend", "numpy_backend", "namespace_backend", "to_host", "STANDARD_DTYPES"]
 
 #: The element types the array API standard defines (no float16, no bfloat16/float8).
 STANDARD_DTYPES = frozenset(
@@ -36,6 +36,26 @@ STANDARD_DTYPES = frozenset(
         np.uint64, np.float32, np.float64,
     )
 )
+
+
+def to_host(value: Any) -> np.ndarray:
+    """``value`` (a host or device array of any namespace, a numpy scalar, a list) as a
+    numpy array: as it is when it already is one; CuPy's ``.get()`` (the real or the
+    simulated CuPy); DLPack where the array lives in host memory; else a copy to the host
+    through ``array_api_compat.to_device`` (torch on a GPU)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (np.generic, int, float, bool, list, tuple)):
+        return np.asarray(value)
+    get = getattr(value, "get", None)
+    if callable(get) and not isinstance(value, dict):
+        return np.asarray(get())
+    try:
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError):
+        import array_api_compat
+
+        return np.asarray(array_api_compat.to_device(value, "cpu"))
 
 
 @dataclass(frozen=True, eq=False)

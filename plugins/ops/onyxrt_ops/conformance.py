@@ -26,10 +26,10 @@ import numpy as np
 
 from onyxrt.kernels import KernelInfo, schema_since_version
 
-from .backend import Backend, namespace_backend, numpy_backend
+from .backend import Backend, namespace_backend, numpy_backend, to_host
 from .library import OpLibrary, library
 
-__all__ = ["CaseOutcome", "library_cases", "run_case", "run_cases", "strict_backend", "host_erf", "to_host", "torch_backend", "backend_named", "main"]
+__all__ = ["CaseOutcome", "library_cases", "run_case", "run_cases", "strict_backend", "host_erf", "torch_backend", "backend_named", "main"]
 
 
 @dataclass(frozen=True)
@@ -52,19 +52,6 @@ def host_erf(xp: Any) -> Any:
         return xp.asarray(values)
 
     return erf
-
-
-def to_host(value: Any) -> np.ndarray:
-    """A backend's array as a numpy array: through DLPack where the array lives in host
-    memory, else copied to the host (``array_api_compat.to_device``: CuPy, torch on a GPU)."""
-    if isinstance(value, np.ndarray):
-        return value
-    try:
-        return np.from_dlpack(value)
-    except (BufferError, RuntimeError, TypeError, ValueError):
-        import array_api_compat
-
-        return np.asarray(array_api_compat.to_device(value, "cpu"))
 
 
 def strict_backend() -> Backend:

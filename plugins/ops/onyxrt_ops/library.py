@@ -39,7 +39,7 @@ import onnx.defs
 
 from onyxrt.kernels import Kernel, KernelInfo, KernelRegistry
 
-from .backend import Backend
+from .backend import Backend, to_host
 
 __all__ = ["OpKernel", "OpDef", "OpLibrary", "library", "dtype_name"]
 
@@ -79,6 +79,16 @@ class OpKernel(Kernel):
         if dtype_name(x.dtype) in _HALF:
             return self.xp.astype(x, self.backend.dtype(np.float32))
         return x
+
+    def host(self, value: Any) -> np.ndarray:
+        """A steering value (a shape, axes, slice bounds, pads) as a numpy array on the
+        host. Providers keep such inputs in host memory when the operator is defined with
+        ``host_inputs``; a device array is still accepted and copied back."""
+        return to_host(value)
+
+    def host_ints(self, value: Any) -> list[int]:
+        """A 0-d/1-d integer steering value (host or device) as Python ints."""
+        return [int(v) for v in to_host(value).reshape(-1)]
 
     def narrow(self, y: Any, like: Any) -> Any:
         """``y`` in ``like``'s dtype (the input's, after :meth:`widen`)."""

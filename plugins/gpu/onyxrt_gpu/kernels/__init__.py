@@ -23,6 +23,7 @@ from . import (  # noqa: E402,F401
     conv,
     elementwise,
     fused,
+    indexing,
     linalg,
     normalization,
     pool,

@@ -50,6 +50,8 @@ __all__ = [
     "cupy_namespace",
     "CupyBackend",
     "BACKEND",
+    "register_host",
+    "HostInputs",
 ]
 
 FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
@@ -219,3 +221,47 @@ class CupyBackend(Backend):
 #: What the library's operators compute with on the GPU (bound in ``kernels/__init__``):
 #: CuPy, the element types it holds, and cupyx's ``erf``.
 BACKEND = CupyBackend("cupy", TENSORS, {"erf": _erf})
+
+
+def _registry() -> Any:
+    from . import registry  # the package's registry (defined before its modules import this)
+
+    return registry
+
+
+def register_host(op: str, since: Any, host: tuple[int, ...] = (), types: Any = None) -> Any:
+    """Register a kernel whose inputs at positions ``host`` are read on the host: declared
+    as the registry's ``host_inputs``, so the plan keeps them in host memory."""
+
+    def decorator(cls: Any) -> Any:
+        if host:
+            cls.host_inputs = host
+        return _registry().register(op, since=since, types={"T": TENSORS} if types is None else types,
+                                    host_inputs=host)(cls)
+
+    return decorator
+
+
+class HostInputs(GpuKernel):
+    """A kernel whose steering inputs (positions in ``host_inputs``) are read on the host:
+    once at creation when they are constants, else as the plan hands them over (host
+    memory, as registered; a device array is copied back)."""
+
+    host_inputs: tuple[int, ...] = ()
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.consts: dict[int, np.ndarray] = {}
+        for i in self.host_inputs:
+            c = info.constant(i)
+            if c is not None:
+                self.consts[i] = np.asarray(c)
+
+    def host(self, i: int, value: Any) -> np.ndarray | None:
+        """Input ``i`` on the host (its constant, or the runtime value), ``None`` if absent."""
+        c = self.consts.get(i)
+        if c is not None:
+            return c
+        if value is None:
+            return None
+        return host_array(value)

@@ -1,14 +1,12 @@
 """GPU kernels: shape manipulation and data movement.
 
-Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Concat, Split, Slice, Gather, Expand,
-Tile, Identity, Dropout (inference), Pad and Trilu.
+Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Concat, Split, Expand, Tile,
+Identity, Dropout (inference), Pad and Trilu (Gather and Slice: :mod:`.indexing`).
 
 Shapes, axes, slice bounds, pads and the like are read on the host: constants once, at
 creation; runtime ones are registered ``host_inputs``, so the plan hands them over in host
-memory (a device array there is still accepted, and copied back). Reshape, Squeeze, Unsqueeze, Flatten, Transpose, Slice and Split
-return views of their input, as CuPy does; Gather uses ``cupy.take``, whose indices wrap
-around (negative indices count from the end; out-of-range ones are not detected on the
-device).
+memory (a device array there is still accepted, and copied back). Reshape, Squeeze, Unsqueeze, Flatten, Transpose and Split
+return views of their input, as CuPy does.
 """
 
 from __future__ import annotations
@@ -22,57 +20,19 @@ from onyxrt.kernels import KernelInfo
 
 from . import registry
 from ._common import (
-    INTS,
     TENSORS,
     GpuKernel,
+    HostInputs,
     bad,
-    host_array,
     host_ints,
     host_scalar,
     norm_axes,
     norm_axis,
+    register_host,
     wants_output,
 )
 
 _T = {"T": TENSORS}
-
-
-def _register(op: str, since: Any, host: tuple[int, ...] = (), types: Any = None) -> Any:
-    """Register a kernel whose inputs at positions ``host`` are read on the host: declared
-    as the registry's ``host_inputs``, so the plan keeps them in host memory."""
-
-    def decorator(cls: Any) -> Any:
-        if host:
-            cls.host_inputs = host
-        return registry.register(op, since=since, types=_T if types is None else types,
-                                 host_inputs=host)(cls)
-
-    return decorator
-
-
-class _HostInputs(GpuKernel):
-    """A kernel whose steering inputs (positions in ``host_inputs``) are read on the host:
-    once at creation when they are constants, else as the plan hands them over (host
-    memory, as registered; a device array is copied back)."""
-
-    host_inputs: tuple[int, ...] = ()
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.consts: dict[int, np.ndarray] = {}
-        for i in self.host_inputs:
-            c = info.constant(i)
-            if c is not None:
-                self.consts[i] = np.asarray(c)
-
-    def host(self, i: int, value: Any) -> np.ndarray | None:
-        """Input ``i`` on the host (its constant, or the runtime value), ``None`` if absent."""
-        c = self.consts.get(i)
-        if c is not None:
-            return c
-        if value is None:
-            return None
-        return host_array(value)
 
 
 # ------------------------------------------------------------------------------ Reshape
@@ -122,8 +82,8 @@ class Reshape1(GpuKernel):
         return (x.reshape(_reshape_target(x.shape, x.size, self.shape, False)),)
 
 
-@_register("Reshape", (5, 13, 14, 19, 21, 23, 24, 25), host=(1,))
-class Reshape(_HostInputs):
+@register_host("Reshape", (5, 13, 14, 19, 21, 23, 24, 25), host=(1,))
+class Reshape(HostInputs):
     """Reshape (v5+): target shape from the second input; ``allowzero`` from v14."""
 
     def __init__(self, info: KernelInfo) -> None:
@@ -206,8 +166,8 @@ class SqueezeAttr(GpuKernel):
         return (x.reshape(_squeeze_shape(x.shape, self.axes)),)
 
 
-@_register("Squeeze", (13, 21, 23, 24, 25), host=(1,))
-class Squeeze(_HostInputs):
+@register_host("Squeeze", (13, 21, 23, 24, 25), host=(1,))
+class Squeeze(HostInputs):
     """Squeeze (v13+): remove size-1 axes listed in the optional ``axes`` input."""
 
     def compute(self, x, axes=None):
@@ -239,8 +199,8 @@ class UnsqueezeAttr(GpuKernel):
         return (x.reshape(_unsqueeze_shape(x.shape, self.axes)),)
 
 
-@_register("Unsqueeze", (13, 21, 23, 24, 25), host=(1,))
-class Unsqueeze(_HostInputs):
+@register_host("Unsqueeze", (13, 21, 23, 24, 25), host=(1,))
+class Unsqueeze(HostInputs):
     """Unsqueeze (v13+): insert size-1 axes at the positions in the ``axes`` input."""
 
     def compute(self, x, axes):
@@ -302,8 +262,8 @@ def _even_sizes(dim: int, n: int, allow_uneven: bool) -> list[int]:
     return [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
 
 
-@_register("Split", (1, 2, 11), host=(1,))
-class SplitAttr(_HostInputs):
+@register_host("Split", (1, 2, 11), host=(1,))
+class SplitAttr(HostInputs):
     """Split (v1-v11): sizes from the ``split`` attribute (or v1's optional input)."""
 
     def __init__(self, info: KernelInfo) -> None:
@@ -321,8 +281,8 @@ class SplitAttr(_HostInputs):
         return _split(x, self.axis, sizes)
 
 
-@_register("Split", (13, 18), host=(1,))
-class Split(_HostInputs):
+@register_host("Split", (13, 18), host=(1,))
+class Split(HostInputs):
     """Split (v13+): sizes from the optional ``split`` input; ``num_outputs`` from v18."""
 
     def __init__(self, info: KernelInfo) -> None:
@@ -349,104 +309,11 @@ class Split(_HostInputs):
         return _split(x, self.axis, sizes)
 
 
-# -------------------------------------------------------------------------------- Slice
-
-
-def _slice_tuple(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any,
-                 steps: Any) -> tuple[slice, ...]:
-    rank = len(shape)
-    starts_l = host_ints(starts)
-    ends_l = host_ints(ends)
-    if len(starts_l) != len(ends_l):
-        raise ValueError(f"starts has {len(starts_l)} values but ends has {len(ends_l)}")
-    axes_l = list(range(len(starts_l))) if axes is None else [
-        norm_axis(a, rank) for a in host_ints(axes)
-    ]
-    steps_l = [1] * len(starts_l) if steps is None else host_ints(steps)
-    if not len(axes_l) == len(steps_l) == len(starts_l):
-        raise ValueError(
-            f"starts/ends/axes/steps lengths differ: {len(starts_l)}, {len(ends_l)}, "
-            f"{len(axes_l)}, {len(steps_l)}"
-        )
-    if len(set(axes_l)) != len(axes_l):
-        raise ValueError(f"repeated axes in Slice: {axes_l}")
-    out = [slice(None)] * rank
-    for s, e, a, k in zip(starts_l, ends_l, axes_l, steps_l):
-        d = shape[a]
-        if k == 0:
-            raise ValueError(f"Slice step for axis {a} is 0")
-        if s < 0:
-            s += d
-        if e < 0:
-            e += d
-        if k > 0:
-            s = min(max(s, 0), d)
-            e = min(max(e, 0), d)
-        else:
-            s = min(max(s, 0), d - 1)
-            e = min(max(e, -1), d - 1)
-        out[a] = slice(s, e if e >= 0 else None, k)
-    return tuple(out)
-
-
-@registry.register("Slice", since=1, types=_T)
-class Slice1(GpuKernel):
-    """Slice v1: starts/ends/axes attributes, unit steps (a view)."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.starts = info.attr("starts")
-        self.ends = info.attr("ends")
-        self.axes = info.attr("axes")
-        if self.starts is None or self.ends is None:
-            raise bad(info, "attributes 'starts' and 'ends' are required")
-        if len(self.starts) != len(self.ends):
-            raise bad(info, "'starts' and 'ends' must have the same length")
-        if self.axes is not None and len(self.axes) != len(self.starts):
-            raise bad(info, "'axes' must have as many values as 'starts'")
-
-    def compute(self, data):
-        return (data[_slice_tuple(data.shape, self.starts, self.ends, self.axes, None)],)
-
-
-@_register("Slice", (10, 11, 13), host=(1, 2, 3, 4))
-class Slice(_HostInputs):
-    """Slice v10+: starts, ends, optional axes and steps as inputs (a view)."""
-
-    def compute(self, data, starts, ends, axes=None, steps=None):
-        key = _slice_tuple(data.shape, self.host(1, starts), self.host(2, ends),
-                           self.host(3, axes), self.host(4, steps))
-        return (data[key],)
-
-
-# ------------------------------------------------------------------------------- Gather
-
-
-@registry.register("Gather", since=(1, 11, 13), types={"T": TENSORS, "Tind": INTS})
-class Gather(GpuKernel):
-    """Gather slices of ``data`` along ``axis`` at ``indices`` (negatives count back).
-
-    Constant indices are uploaded once, at creation; host indices at run time are copied
-    to the device (a transfer).
-    """
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.axis = int(info.attr("axis", 0))
-        c = info.constant(1)
-        self.indices = None if c is None else self.upload(np.asarray(c, dtype=np.int64))
-
-    def compute(self, data, indices):
-        axis = norm_axis(self.axis, data.ndim)
-        idx = self.indices if self.indices is not None else self.device(indices)
-        return (self.cp.take(data, idx, axis=axis),)
-
-
 # ------------------------------------------------------------------------- Expand, Tile
 
 
-@_register("Expand", (8, 13), host=(1,))
-class Expand(_HostInputs):
+@register_host("Expand", (8, 13), host=(1,))
+class Expand(HostInputs):
     """Broadcast the input to ``shape`` (bidirectional numpy broadcasting)."""
 
     def compute(self, x, shape):
@@ -456,8 +323,8 @@ class Expand(_HostInputs):
         return (self.cp.broadcast_to(x, target).copy(),)
 
 
-@_register("Tile", 1, host=(1, 2))
-class Tile1(_HostInputs):
+@register_host("Tile", 1, host=(1, 2))
+class Tile1(HostInputs):
     """Tile (v1): repeat the input ``tiles`` times along ``axis`` (both scalar inputs)."""
 
     def compute(self, x, tiles, axis):
@@ -468,8 +335,8 @@ class Tile1(_HostInputs):
         return (self.cp.tile(x, reps),)
 
 
-@_register("Tile", (6, 13), host=(1,))
-class Tile(_HostInputs):
+@register_host("Tile", (6, 13), host=(1,))
+class Tile(HostInputs):
     """Tile (v6+): repeat the input ``repeats[i]`` times along each axis ``i``."""
 
     def compute(self, x, repeats):
@@ -493,9 +360,9 @@ class Identity(GpuKernel):
         return (x,)
 
 
-@_register("Dropout", (1, 6, 7, 10, 12, 13, 22), host=(1, 2),
+@register_host("Dropout", (1, 6, 7, 10, 12, 13, 22), host=(1, 2),
            types={"T": TENSORS - {np.dtype(np.bool_)}})
-class Dropout(_HostInputs):
+class Dropout(HostInputs):
     """Dropout for inference: the input passes through; the mask (when asked) is all ones.
 
     Versions 1 and 6 are treated as inference whatever ``is_test`` says (as onnxruntime
@@ -608,8 +475,8 @@ class PadAttr(GpuKernel):
         return (_pad(self.cp, x, self.pads[:r], self.pads[r:], self.mode, self.value),)
 
 
-@_register("Pad", (11, 13, 18, 19, 21, 23, 24, 25), host=(1, 2, 3))
-class Pad(_HostInputs):
+@register_host("Pad", (11, 13, 18, 19, 21, 23, 24, 25), host=(1, 2, 3))
+class Pad(HostInputs):
     """Pad (v11+): ``pads`` and ``constant_value`` inputs; ``axes`` (v18+); wrap (v19+)."""
 
     def __init__(self, info: KernelInfo) -> None:
@@ -636,8 +503,8 @@ class Pad(_HostInputs):
 # -------------------------------------------------------------------------------- Trilu
 
 
-@_register("Trilu", 14, host=(1,))
-class Trilu(_HostInputs):
+@register_host("Trilu", 14, host=(1,))
+class Trilu(HostInputs):
     """Keep the upper (or lower) triangle of the last two axes, offset by diagonal ``k``."""
 
     def __init__(self, info: KernelInfo) -> None:

@@ -1,0 +1,6 @@
+"""(being filled) The indexing operators, written once over an array namespace."""
+
+from __future__ import annotations
+
+# The operators are reached through ``library`` (this module registers them on import).
+__all__: list[str] = []
