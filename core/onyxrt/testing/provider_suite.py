@@ -67,12 +67,16 @@ def _feeds() -> dict[str, np.ndarray]:
 
 class ProviderConformance:
     """Base class of a provider's conformance tests (not collected itself: no ``Test``
-    prefix). Set ``provider``; override ``options``, ``rtol``/``atol`` or ``model()``."""
+    prefix). Set ``provider``; override ``options``, ``rtol``/``atol``, ``transfer_dtypes``
+    or ``model()``."""
 
     provider: ClassVar[str] = ""
     options: ClassVar[dict[str, Any]] = {}
     rtol: ClassVar[float] = 1e-5
     atol: ClassVar[float] = 1e-6
+    #: The element types the data-transfer round trip moves; a provider whose memory
+    #: cannot hold one (an array library without float16) leaves it out.
+    transfer_dtypes: ClassVar[tuple[Any, ...]] = (np.float32, np.float16, np.int64, np.int32, np.bool_, np.uint8)
 
     # -- helpers -------------------------------------------------------------------------
     def model(self) -> onnx.ModelProto:
@@ -222,7 +226,7 @@ class ProviderConformance:
         host = Device("cpu", "host")
         transfer = provider.data_transfer()
         assert transfer.can_copy(host, device) and transfer.can_copy(device, host)
-        for dtype in (np.float32, np.float16, np.int64, np.int32, np.bool_, np.uint8):
+        for dtype in self.transfer_dtypes:
             data = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
             on_device = transfer.copy(data, host, device)
             shape, dt = provider.describe(on_device)

@@ -54,14 +54,18 @@ NPU's own, written for clarity over speed (numpy, float32 accumulation).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from onnx import helper
 
 from onyxrt.graph import Graph, Node
+from onyxrt.kernels import KernelInfo, schema_since_version
+from onyxrt_ops import library, numpy_backend
 
 __all__ = [
     "PRECISIONS",
@@ -316,6 +320,53 @@ class NpuOp:
         return macs, _bytes_moved(in_shapes, out_shapes, itemsizes)
 
 
+class LibraryOp(NpuOp):
+    """An op whose semantics come from the operator library (:mod:`onyxrt_ops`): the
+    instruction keeps the node's ONNX version and attributes, and :meth:`run` computes
+    with the library's kernel for them over numpy — on float32 math arrays, rounded to
+    storage — so attribute defaults, validation and shapes are the library's and only the
+    numerics (float32 arithmetic, float16/int8 storage) are the NPU's own."""
+
+    def lower(self, node, graph):
+        """Attributes: ``since`` (the operator version at the model's opset) and the
+        node's ``attributes``."""
+        since = schema_since_version("", self.op_type, graph.opset("")) or graph.opset("")
+        return list(node.inputs), {"since": since, "attributes": _json_attributes(node)}
+
+    def kernel(self, attrs: Mapping[str, Any], n_inputs: int) -> Any:
+        """The library kernel for an instruction's attributes (built once per attributes)."""
+        key = json.dumps([attrs, n_inputs], sort_keys=True)
+        cache = self.__dict__.setdefault("_kernels", {})
+        found = cache.get(key)
+        if found is None:
+            since = int(attrs["since"])
+            proto = helper.make_node(self.op_type, [f"in{i}" for i in range(n_inputs)], ["out"],
+                                     name=f"npu_{self.op_type}", **attrs["attributes"])
+            cls = library.kernel(self.op_type, since, NPU_BACKEND)
+            found = cache[key] = cls(KernelInfo.from_node(proto, since, since_version=since))
+        return found
+
+    def run(self, inputs, attrs, precision):
+        """The library's computation on float32 math arrays, rounded to storage."""
+        args = [None if v is None else (_math(v) if v.dtype.kind == "f" else v) for v in inputs]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            outputs = self.kernel(attrs, len(inputs)).compute(*args)
+        return [_store(np.asarray(y), precision) if np.asarray(y).dtype.kind == "f" else np.asarray(y)
+                for y in outputs]
+
+
+def _json_attributes(node: Node) -> dict[str, Any]:
+    """The node's attributes as JSON values (strings decoded)."""
+    out: dict[str, Any] = {}
+    for name, value in node.attributes.items():
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        elif isinstance(value, (list, tuple)):
+            value = [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+        out[name] = value
+    return out
+
+
 def _bytes_moved(
     in_shapes: Sequence[Sequence[int] | None],
     out_shapes: Sequence[Sequence[int]],
@@ -349,17 +400,8 @@ def _axis(axis: int, rank: int) -> int:
 
 
 # -- elementwise ------------------------------------------------------------------------
-class _Unary(NpuOp):
-    """An elementwise op: widen to float32, compute, round to storage."""
-
-    def fn(self, x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
-        """The function on a float32 array (each subclass's docstring states it)."""
-        raise NotImplementedError
-
-    def run(self, inputs, attrs, precision):
-        """Elementwise in float32, rounded to storage."""
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return [_store(self.fn(_math(inputs[0]), attrs), precision)]
+class _Unary(LibraryOp):
+    """An elementwise activation: the library's, in float32, rounded to storage."""
 
 
 class Relu(_Unary):
@@ -368,9 +410,6 @@ class Relu(_Unary):
     op_type = "Relu"
     min_opset = 6
 
-    def fn(self, x, attrs):
-        return np.maximum(x, _F32(0))
-
 
 class LeakyRelu(_Unary):
     """x if x >= 0 else alpha * x."""
@@ -378,24 +417,13 @@ class LeakyRelu(_Unary):
     op_type = "LeakyRelu"
     min_opset = 6
 
-    def lower(self, node, graph):
-        """Attributes: ``alpha``."""
-        return list(node.inputs), {"alpha": float(_attr(node, "alpha", 0.01))}
-
-    def fn(self, x, attrs):
-        return np.where(x >= 0, x, x * _F32(attrs["alpha"]))
-
 
 class Sigmoid(_Unary):
-    """1 / (1 + exp(-x)), computed without overflow for large |x|."""
+    """1 / (1 + exp(-x))."""
 
     op_type = "Sigmoid"
     min_opset = 6
     macs_per_element = 4
-
-    def fn(self, x, attrs):
-        z = np.exp(-np.abs(x))
-        return np.where(x >= 0, 1 / (1 + z), z / (1 + z))
 
 
 class Tanh(_Unary):
@@ -405,9 +433,6 @@ class Tanh(_Unary):
     min_opset = 6
     macs_per_element = 4
 
-    def fn(self, x, attrs):
-        return np.tanh(x)
-
 
 class HardSwish(_Unary):
     """x * clip(x / 6 + 1/2, 0, 1)."""
@@ -415,9 +440,6 @@ class HardSwish(_Unary):
     op_type = "HardSwish"
     min_opset = 14
     macs_per_element = 2
-
-    def fn(self, x, attrs):
-        return x * np.clip(x / _F32(6) + _F32(0.5), _F32(0), _F32(1))
 
 
 def _erfc(x: np.ndarray) -> np.ndarray:
@@ -435,6 +457,15 @@ def _erfc(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, r, 2.0 - r)
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf in ``x``'s dtype, computed in float64 from :func:`_erfc` (the NPU's erf unit)."""
+    return (1.0 - _erfc(np.asarray(x, np.float64))).astype(x.dtype)
+
+
+#: The numpy backend the NPU computes the library's operators with, and its erf.
+NPU_BACKEND = numpy_backend(extras={"erf": _erf})
+
+
 class Gelu(_Unary):
     """x * Phi(x) (``approximate="none"``) or its tanh approximation."""
 
@@ -449,83 +480,52 @@ class Gelu(_Unary):
             return f"Gelu approximate={approx!r} is not supported (none or tanh)", "attribute"
         return "", ""
 
-    def lower(self, node, graph):
-        """Attributes: ``approximate``."""
-        return list(node.inputs), {"approximate": _attr(node, "approximate", "none")}
-
-    def fn(self, x, attrs):
-        if attrs.get("approximate", "none") == "tanh":
-            inner = _F32(math.sqrt(2 / math.pi)) * (x + _F32(0.044715) * x * x * x)
-            return _F32(0.5) * x * (1 + np.tanh(inner))
-        # 0.5 * x * erfc(-x / sqrt(2)) keeps relative accuracy for large negative x.
-        return (0.5 * x.astype(np.float64) * _erfc(-x.astype(np.float64) / math.sqrt(2))).astype(_F32)
-
 
 class Clip(_Unary):
-    """clip(x, min, max); the bounds are attributes (opset < 11) or constant inputs."""
+    """clip(x, min, max); the bounds are attributes (opset < 11) or constant inputs,
+    lowered to the attributes of Clip-6 (the input is just x)."""
 
     op_type = "Clip"
     min_opset = 6
     params = {1: Param("min", FLOAT_DTYPES), 2: Param("max", FLOAT_DTYPES)}
 
     def lower(self, node, graph):
-        """Attributes: ``min``, ``max`` (``None`` = unbounded); the input is just x."""
-        if graph.opset("") >= 11:
-            bounds = [
-                _constant(graph, node.inputs[i]) if len(node.inputs) > i else None for i in (1, 2)
-            ]
-            lo, hi = (None if b is None else float(b.reshape(-1)[0]) for b in bounds)
-        else:
-            lo = float(_attr(node, "min", -3.4028234663852886e38))
-            hi = float(_attr(node, "max", 3.4028234663852886e38))
-        return [node.inputs[0]], {"min": lo, "max": hi}
-
-    def fn(self, x, attrs):
-        if attrs.get("min") is not None:
-            x = np.maximum(x, _F32(attrs["min"]))
-        if attrs.get("max") is not None:
-            x = np.minimum(x, _F32(attrs["max"]))
-        return x
+        """Clip-6 with ``min``/``max`` attributes (absent = unbounded)."""
+        if graph.opset("") < 11:
+            return [node.inputs[0]], super().lower(node, graph)[1]
+        bounds = [_constant(graph, node.inputs[i]) if len(node.inputs) > i else None for i in (1, 2)]
+        attributes = {k: float(b.reshape(-1)[0]) for k, b in zip(("min", "max"), bounds) if b is not None}
+        return [node.inputs[0]], {"since": 6, "attributes": attributes}
 
 
-class _Binary(NpuOp):
-    """A broadcasting binary op (numpy broadcasting), computed in float32."""
+class _Binary(LibraryOp):
+    """A broadcasting binary op: the library's, in float32, rounded to storage."""
 
     min_opset = 7  # before opset 7 these ops had the legacy 'broadcast'/'axis' attributes
-    ufunc: ClassVar[np.ufunc]
-
-    def run(self, inputs, attrs, precision):
-        """a (op) b in float32, rounded to storage."""
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return [_store(self.ufunc(_math(inputs[0]), _math(inputs[1])), precision)]
 
 
 class Add(_Binary):
     """a + b."""
 
     op_type = "Add"
-    ufunc = np.add
 
 
 class Sub(_Binary):
     """a - b."""
 
     op_type = "Sub"
-    ufunc = np.subtract
 
 
 class Mul(_Binary):
     """a * b."""
 
     op_type = "Mul"
-    ufunc = np.multiply
 
 
 class Div(_Binary):
     """a / b (IEEE: x / 0 is inf or nan)."""
 
     op_type = "Div"
-    ufunc = np.divide
 
 
 # -- matrix products --------------------------------------------------------------------
@@ -843,28 +843,12 @@ class GlobalAveragePool(NpuOp):
 
 
 # -- normalization ----------------------------------------------------------------------
-class Softmax(NpuOp):
-    """exp(x - max) / sum over the lowered ``axes`` (one axis from opset 13; before it,
-    every axis from ``axis`` on, as ONNX then flattened to 2-D)."""
+class Softmax(LibraryOp):
+    """exp(x - max) / sum along ``axis`` (from opset 13; before it, over every axis from
+    ``axis`` on, as ONNX then flattened to 2-D): the library's, with float32 reductions."""
 
     op_type = "Softmax"
     macs_per_element = 4
-
-    def lower(self, node, graph):
-        """Attributes: ``axes``, the normalized axes to reduce over."""
-        rank = _rank(graph, node.inputs[0])
-        if graph.opset("") >= 13:
-            axes = [_axis(int(_attr(node, "axis", -1)), rank)]
-        else:
-            axes = list(range(_axis(int(_attr(node, "axis", 1)), rank), rank))
-        return list(node.inputs), {"axes": axes}
-
-    def run(self, inputs, attrs, precision):
-        """Softmax with float32 reductions, rounded to storage."""
-        x = _math(inputs[0])
-        axes = tuple(attrs["axes"])
-        e = np.exp(x - x.max(axis=axes, keepdims=True))
-        return [_store(e / e.sum(axis=axes, keepdims=True), precision)]
 
 
 class LayerNormalization(NpuOp):

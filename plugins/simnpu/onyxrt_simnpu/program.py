@@ -45,7 +45,7 @@ __all__ = ["CorruptProgram", "Instruction", "Program", "FORMAT_VERSION", "MAGIC"
 #: First bytes of a serialized program.
 MAGIC = b"ONYXNPU\x00"
 #: Version of the serialized layout; bump it when the layout or lowering changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: library-backed instructions keep the ONNX version and attributes
 
 _PREFIX = struct.Struct("<8sII32s")
 _ALIGN = 64
