@@ -233,11 +233,12 @@ def test_profiling_from_threads_records_every_run(tmp_path):
 def test_resize_plan_cache_shared_by_threads_never_fails():
     """Regression: Resize's LRU of per-shape plans raised KeyError when one thread evicted
     an entry between another thread's lookup and its move to the front."""
-    from onyxrt_cpu.kernels.resize import _CACHE_SIZE, _ResizeBase
+    from onyxrt_ops.resize import _CACHE_SIZE, ResizeBase, _Plan
 
-    kernel = _ResizeBase.__new__(_ResizeBase)
+    kernel = ResizeBase.__new__(ResizeBase)
     kernel._cache = OrderedDict()
-    kernel._make_plan = lambda *args: object()  # type: ignore[method-assign]
+    kernel._make_plan = lambda *args: _Plan((1,), (0,), None)  # type: ignore[method-assign]
+    kernel._steps = lambda *args: None  # type: ignore[method-assign]
     scales = np.array([2.0], np.float32)
     shapes = _CACHE_SIZE + 4  # more shapes than the cache holds: constant eviction
     old = sys.getswitchinterval()
@@ -245,7 +246,7 @@ def test_resize_plan_cache_shared_by_threads_never_fails():
     try:
         def work(t: int) -> None:
             for i in range(100_000):
-                kernel._plan(((i * 7 + t) % shapes,), scales, None, None)
+                kernel._plan(((i * 7 + t) % shapes,), scales, None, None, np.dtype(np.float32), None)
 
         _in_threads(work)
     finally:

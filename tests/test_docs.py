@@ -126,7 +126,8 @@ def test_guide_package_passes_the_conformance_suite(tmp_path: Path) -> None:
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], project, project
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert re.search(r"\b2\d passed\b", result.stdout), result.stdout  # both providers' suites
+    passed = re.search(r"\b(\d+) passed\b", result.stdout)
+    assert passed and int(passed[1]) >= 30, result.stdout  # the three providers' suites
 
 
 # -- the API reference -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from onyxrt.kernels import KernelInfo, schema_since_version
+from onyxrt.kernels import KernelInfo, ValueType, schema_since_version
 
 from .backend import Backend, namespace_backend, numpy_backend, to_host
 from .library import OpLibrary, library
@@ -34,7 +34,9 @@ __all__ = ["CaseOutcome", "library_cases", "run_case", "run_cases", "strict_back
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    """One node case on one backend: ``passed``, ``failed`` or ``not_expressible``."""
+    """One node case on one backend: ``passed``, ``failed``, ``not_expressible`` (a dtype
+    the backend cannot hold) or ``not_offered`` (a dtype the operator does not take: the
+    node is refused at capability time and a provider's own kernel runs it)."""
 
     name: str
     op_type: str
@@ -89,6 +91,17 @@ def run_case(case: Any, backend: Backend, lib: OpLibrary = library) -> CaseOutco
         cls = lib.kernel(node.op_type, since or opset, backend)
     except KeyError as exc:
         return CaseOutcome(case.name, node.op_type, "failed", str(exc))
+    # A node whose element types the operator does not take (a provider keeps those, such as
+    # the CPU's float8 quantization) is refused at capability time: not offered, not run.
+    declared = {vi.name: ValueType.from_proto(vi.type) for vi in [*case.model.graph.input, *case.model.graph.output]}
+    refused = lib.refusal(node.op_type, since or opset, backend,
+                          [declared.get(n) for n in node.input], [declared.get(n) for n in node.output])
+    if refused:
+        held = {str(np.dtype(d)) for d in backend.dtypes}
+        unheld = sorted({str(vt.dtype) for vt in declared.values() if vt.dtype is not None} - held)
+        if unheld:  # the backend cannot hold it at all: bind narrowed it away
+            return CaseOutcome(case.name, node.op_type, "not_expressible", f"{backend.name} holds no {', '.join(unheld)}")
+        return CaseOutcome(case.name, node.op_type, "not_offered", refused)
     for inputs, expected in case.data_sets or ():
         values = [numpy_helper.to_array(v) if hasattr(v, "dims") else np.asarray(v) for v in inputs]
         wanted = [numpy_helper.to_array(v) if hasattr(v, "dims") else np.asarray(v) for v in expected]
@@ -103,7 +116,8 @@ def run_case(case: Any, backend: Backend, lib: OpLibrary = library) -> CaseOutco
             given = iter(arrays)
             args = [next(given) if name else None for name in node.input]
             outputs = kernel.compute(*args)
-            got = [to_host(o) for o in outputs[: len(wanted)]]
+            # The data set holds the named outputs only (an omitted optional output is "").
+            got = [to_host(o) for o, name in zip(outputs, node.output) if name][: len(wanted)]
             Runner.assert_similar_outputs(wanted, got, rtol=case.rtol, atol=case.atol)
         except AssertionError as exc:
             return CaseOutcome(case.name, node.op_type, "failed", f"mismatch: {str(exc).splitlines()[0][:200]}")
@@ -172,9 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     backend = backend_named(args.backend)
     outcomes = run_cases(library_cases(), backend)
-    counts = {k: sum(o.outcome == k for o in outcomes) for k in ("passed", "failed", "not_expressible")}
+    counts = {k: sum(o.outcome == k for o in outcomes) for k in ("passed", "failed", "not_expressible", "not_offered")}
     print(f"library node cases over {backend.name}: {counts['passed']} passed, {counts['failed']} failed, "
-          f"{counts['not_expressible']} not expressible (dtypes the backend cannot hold)")
+          f"{counts['not_expressible']} not expressible (dtypes the backend cannot hold), "
+          f"{counts['not_offered']} not offered (dtypes the operator does not take)")
     for o in outcomes:
         if o.outcome != "passed":
             print(f"  {o.outcome:16} {o.name}: {o.detail}")

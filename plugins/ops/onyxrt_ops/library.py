@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx.defs
 
-from onyxrt.kernels import Kernel, KernelInfo, KernelRegistry
+from onyxrt.kernels import Kernel, KernelDef, KernelInfo, KernelRegistry
 
 from .backend import Backend, to_host
 
@@ -153,6 +153,20 @@ class OpLibrary:
             if d.op_type == op_type and d.domain == domain and since in d.versions:
                 return self._bind_class(d.cls, backend)
         raise KeyError(f"the operator library has no {domain or 'ai.onnx'}::{op_type} version {since}")
+
+    def refusal(self, op_type: str, since: int, backend: Backend, input_types: Any, output_types: Any,
+                domain: str = "") -> str:
+        """Why the kernel :meth:`bind` registers for ``op_type`` at ``since`` over
+        ``backend`` would refuse a node with these input and output ``ValueType`` s (an
+        element type outside what the operator takes or the backend holds), or ``""``."""
+        for d in self._defs:
+            if d.op_type == op_type and d.domain == domain and since in d.versions:
+                types = _narrowed(d, since, backend)
+                if types is None:
+                    return f"{backend.name} holds none of the element types {op_type} takes"
+                kdef = KernelDef(domain, op_type, since, d.cls, types)
+                return kdef.unsupported_type(list(input_types), list(output_types)) or ""
+        return f"the operator library has no {domain or 'ai.onnx'}::{op_type} version {since}"
 
     def bind(self, backend: Backend, registry: KernelRegistry) -> dict[str, str]:
         """Register every operator over ``backend`` in ``registry``, except the

@@ -1,13 +1,12 @@
-"""Spatial-window arithmetic shared by the conv and pool kernels.
+"""Spatial-window helpers of the CPU's conv and pool fast paths.
 
-Reading and validating ``kernel_shape``/``strides``/``dilations``/``pads``/``auto_pad``,
-turning them into an output shape and explicit pads for a given input (incl. pooling's
-``ceil_mode``), padding an array on its spatial axes, enumerating the strided slices that
-each kernel tap reads, and the phase-split flat layout (:class:`FlatPlan`) in which every
-tap is one contiguous slice (fast tap-by-tap reductions for pools and depthwise conv).
-It also holds :func:`compute_dtype`, the float16/bfloat16 → float32 compute rule that the
-linalg and normalization kernels share with conv and pool, and :func:`scratch`, the
-per-thread work buffers of the convolution paths (im2col, Winograd).
+The window geometry (:func:`read_spatial_attrs`, :func:`window`) lives in
+:mod:`onyxrt.spatial` and is re-exported here. This module holds the phase-split flat
+layout (:class:`FlatPlan`) in which every tap is one contiguous slice (fast tap-by-tap
+reductions for pools and depthwise conv), :func:`compute_dtype`, the float16/bfloat16 →
+float32 compute rule that the linalg and normalization kernels share with conv and pool,
+and :func:`scratch`, the per-thread work buffers of the convolution paths (im2col,
+Winograd).
 """
 
 from __future__ import annotations
@@ -15,24 +14,18 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from onyxrt.errors import InvalidGraph
-from onyxrt.kernels import KernelInfo
-from onyxrt.spatial import AUTO_PADS, SpatialAttrs, Window, prod, read_spatial_attrs, window
+from onyxrt.spatial import Window, prod, read_spatial_attrs, window
 
 __all__ = [
-    "AUTO_PADS",
-    "SpatialAttrs",
     "Window",
     "read_spatial_attrs",
     "window",
-    "pad_spatial",
-    "taps",
     "compute_dtype",
     "LOW_FLOATS",
     "BLOCK_BYTES",
@@ -42,7 +35,6 @@ __all__ = [
     "prod",
     "scratch",
 ]
-
 
 
 def _low_float_dtypes() -> frozenset[np.dtype[Any]]:
@@ -62,48 +54,6 @@ LOW_FLOATS = _low_float_dtypes()
 def compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     """The dtype to compute in: float32 for float16/bfloat16, the dtype itself otherwise."""
     return np.dtype(np.float32) if np.dtype(dtype) in LOW_FLOATS else np.dtype(dtype)
-
-
-def _bad(info: KernelInfo, msg: str) -> InvalidGraph:
-    return InvalidGraph(f"node {info.node_name!r} ({info.op_type}): {msg}")
-
-
-def pad_spatial(
-    x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: Any = 0
-) -> np.ndarray:
-    """``x`` padded with ``value`` on its last ``len(begin)`` axes (``x`` itself if no pad)."""
-    if not any(begin) and not any(end):
-        return x
-    nsp = len(begin)
-    lead = x.shape[: x.ndim - nsp]
-    shape = lead + tuple(
-        n + b + e for n, b, e in zip(x.shape[x.ndim - nsp :], begin, end, strict=True)
-    )
-    out = np.full(shape, value, dtype=x.dtype)
-    inner = (Ellipsis,) + tuple(
-        slice(b, b + n) for b, n in zip(begin, x.shape[x.ndim - nsp :], strict=True)
-    )
-    out[inner] = x
-    return out
-
-
-def taps(
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    out_shape: Sequence[int],
-) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
-    """For each kernel position (row-major), the slices of the padded input it reads."""
-    for tap in itertools.product(*(range(k) for k in kernel)):
-        yield (
-            tap,
-            tuple(
-                slice(t * d, t * d + (o - 1) * s + 1, s)
-                for t, s, d, o in zip(tap, strides, dilations, out_shape, strict=True)
-            ),
-        )
-
-
 
 
 # Users of FlatPlan work on blocks of (image, channel) rows of about this many bytes, so the

@@ -30,11 +30,12 @@ from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
 from onyxrt.optimizer.fused_ops import conv_epilogue
 from onyxrt.spatial import read_spatial_attrs, window
+from onyxrt_ops import library
 
 from .. import native
 from . import registry
+from ._backend import BACKEND
 from .fused import native_activation
-from .pool import _Pool
 
 __all__ = ["NchwcConv", "ReorderInput", "ReorderOutput", "NchwcGlobalAveragePool", "NchwcMaxPool"]
 
@@ -188,7 +189,7 @@ class NchwcGlobalAveragePool(Kernel):
 
 
 @_register("NchwcMaxPool")
-class NchwcMaxPool(_Pool):
+class NchwcMaxPool(library.kernel("MaxPool", 22, BACKEND)):
     """MaxPool (2-D, no Indices) on a blocked tensor; padding counts as -inf."""
 
     def compute(self, x):

@@ -156,7 +156,8 @@ _STANDARD_ALIASES: dict[str, str] = {
     "pow": "power", "round": "rint", "acos": "arccos", "asin": "arcsin", "atan": "arctan",
     "acosh": "arccosh", "asinh": "arcsinh", "atanh": "arctanh",
     "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
-    "bitwise_invert": "invert",
+    "bitwise_invert": "invert", "concat": "concatenate", "permute_dims": "transpose",
+    "cumulative_sum": "cumsum",
 }  # fmt: skip
 
 _NAMESPACES: weakref.WeakValueDictionary[int, CupyNamespace] = weakref.WeakValueDictionary()

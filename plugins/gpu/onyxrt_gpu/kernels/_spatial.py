@@ -1,10 +1,7 @@
-"""Window geometry shared by the GPU conv and pool kernels.
-
-Parsing ``kernel_shape``/``strides``/``dilations``/``pads``/``auto_pad``, the output shape
-and explicit pads for a given input (with pooling's ``ceil_mode``), padding on the
-spatial axes, and the strided window view (im2col without a copy) that Conv, MaxPool and
-AveragePool reduce or multiply over. All of it is host arithmetic on shapes, except
-:func:`pad_spatial` and :func:`windows`, which act on device arrays.
+"""Device helpers of the GPU's Conv, MaxPool and AveragePool fast paths: padding on the
+spatial axes, and the strided window view (im2col without a copy) they reduce or
+multiply over. The window geometry comes from :mod:`onyxrt.spatial` through the operator
+library's kernels they subclass.
 """
 
 from __future__ import annotations
@@ -12,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from onyxrt.spatial import AUTO_PADS, SpatialAttrs, Window, prod, read_spatial_attrs, window
+from onyxrt.spatial import prod
 
-__all__ = ["AUTO_PADS", "SpatialAttrs", "Window", "read_spatial_attrs", "window",
-           "pad_spatial", "windows", "prod"]
+__all__ = ["pad_spatial", "windows", "prod"]
+
 
 def pad_spatial(cp: Any, x: Any, begin: Sequence[int], end: Sequence[int], value: Any = 0) -> Any:
     """``x`` padded with ``value`` on its last ``len(begin)`` axes (``x`` itself if no pad)."""

@@ -1,4 +1,5 @@
-"""GPU kernels: Cast.
+"""GPU kernels: Cast and CastLike (numeric and bool element types: CuPy holds no strings,
+bfloat16 or float8, so ``saturate`` and ``round_mode``, which only float8 reads, never apply).
 
 Arithmetic, the math functions, Max/Min/Sum/Mean and the bitwise operators
 (:mod:`onyxrt_ops.elementwise`), and the comparisons, boolean logic and Where
@@ -19,7 +20,7 @@ from onyxrt.kernels import KernelInfo
 from . import registry
 from ._common import TENSORS, GpuKernel, bad
 
-__all__ = ["Cast"]
+__all__ = ["Cast", "CastLike"]
 
 
 # -------------------------------------------------------------------------------- Cast
@@ -54,3 +55,14 @@ class Cast(GpuKernel):
         if x.dtype == self.to:
             return (x,)
         return (x.astype(self.to),)
+
+
+@registry.register("CastLike", since=(15, 19, 21, 23, 24, 25), types={"T1": TENSORS, "T2": TENSORS})
+class CastLike(GpuKernel):
+    """Cast the first input to the element type of the second (as Cast does). Function
+    expansions of many operators (Gelu, LayerNormalization, CausalConvWithState...) use it, so
+    without it their nodes would leave the GPU."""
+
+    def compute(self, x, like):
+        return (x,) if x.dtype == like.dtype else (x.astype(like.dtype),)
+

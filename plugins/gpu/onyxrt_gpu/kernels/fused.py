@@ -3,8 +3,9 @@
 The same semantics as the CPU's (``onyxrt_cpu.kernels.fused``; see ``onyxrt.optimizer``):
 ``FusedConv`` adds the bias, the residual ``Z`` and applies the activation in place on the
 convolution's output (``onyxrt.optimizer.fused_ops``, shared with the CPU); ``FusedMatMul``
-is ``alpha * A' @ B' + bias`` with transposed views handed to cuBLAS/hipBLAS by flag. ``Gelu`` and ``LayerNormalization`` are the standard kernels,
-registered in the fused domain for models whose opset predates them.
+is ``alpha * A' @ B' + bias`` with transposed views handed to cuBLAS/hipBLAS by flag. ``Gelu`` and
+``LayerNormalization`` (the operator library's) are the standard kernels, registered in the fused
+domain for models whose opset predates them.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 from onyxrt.kernels import KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
 from onyxrt.optimizer.fused_ops import MatMulAttributes, conv_epilogue
+from onyxrt_ops import library
 
 from . import registry
-from ._common import FLOATS, GpuKernel
+from ._common import BACKEND, FLOATS, GpuKernel
 from .activation import Gelu
 from .conv import Conv
-from .normalization import LayerNormalization
 
 __all__ = ["FusedConv", "FusedMatMul"]
 
@@ -61,4 +62,4 @@ class FusedMatMul(GpuKernel):
 registry.register("Gelu", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN, types={"T": FLOATS})(Gelu)
 registry.register(
     "LayerNormalization", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN, types={"T": FLOATS, "U": FLOATS}
-)(LayerNormalization)
+)(library.kernel("LayerNormalization", 17, BACKEND))

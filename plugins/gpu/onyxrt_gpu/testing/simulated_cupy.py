@@ -1643,7 +1643,7 @@ _NUMPY_FUNCTIONS = (
     "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
     "mod", "fmod", "power", "sqrt", "square", "negative", "reciprocal", "abs", "absolute",
     "exp", "expm1", "log", "log1p", "tanh", "sign", "floor", "ceil", "trunc", "rint",
-    "minimum", "maximum", "fmin", "fmax", "clip", "copysign",
+    "minimum", "maximum", "fmin", "fmax", "clip", "copysign", "real", "imag", "conj",
     # trigonometric and hyperbolic (CuPy's ufuncs of the same names)
     "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh",
     "arctanh",
@@ -1665,6 +1665,17 @@ _NUMPY_FUNCTIONS = (
     # creation (computed on the device: no transfer)
     "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
     "arange",
+    # sorting, searching and indexing
+    "sort", "argsort", "nonzero", "searchsorted", "roll",
+)  # fmt: skip
+
+#: The array API standard's names that CuPy 14 has beside numpy's (numpy 2 has them too;
+#: an older numpy leaves them out, as an older CuPy would lack them).
+_STANDARD_FUNCTIONS = tuple(
+    name for name in (
+        "concat", "permute_dims", "matrix_transpose", "cumulative_sum", "cumulative_prod",
+        "unique_values", "unique_counts", "unique_inverse", "unique_all",
+    ) if hasattr(np, name)
 )  # fmt: skip
 
 #: Metadata helpers that touch no device data.
@@ -1773,6 +1784,10 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
         },
     )
     lib = _module("cupy.lib", "Simulated cupy.lib.", {"stride_tricks": stride_tricks})
+    linalg = _module("cupy.linalg", "Simulated cupy.linalg.",
+                     {name: _op(name, getattr(np.linalg, name)) for name in ("det", "inv", "norm")})
+    fft = _module("cupy.fft", "Simulated cupy.fft.",
+                  {name: _op(name, getattr(np.fft, name)) for name in ("fft", "ifft", "rfft", "irfft")})
     special = _module(
         "cupyx.scipy.special", "Simulated cupyx.scipy.special.", {"erf": _erf, "erfc": _erfc}
     )
@@ -1788,7 +1803,7 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
             "zeros_like_pinned": zeros_like_pinned,
         },
     )
-    attrs: dict[str, Any] = {name: _op(name, getattr(np, name)) for name in _NUMPY_FUNCTIONS}
+    attrs: dict[str, Any] = {name: _op(name, getattr(np, name)) for name in _NUMPY_FUNCTIONS + _STANDARD_FUNCTIONS}
     attrs.update(_PLAIN)
     attrs["result_type"] = _result_type
     attrs.update({name: getattr(np, name) for name in _SCALAR_TYPES})
@@ -1798,6 +1813,8 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
             "__onyxrt_simulated__": True,
             "cuda": cuda,
             "lib": lib,
+            "linalg": linalg,
+            "fft": fft,
             "ndarray": ndarray,
             "asarray": asarray,
             "asanyarray": asanyarray,
@@ -1827,6 +1844,8 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
         "cupy.cuda.memory": memory,
         "cupy.lib": lib,
         "cupy.lib.stride_tricks": stride_tricks,
+        "cupy.linalg": linalg,
+        "cupy.fft": fft,
         "cupyx": cupyx,
         "cupyx.scipy": scipy,
         "cupyx.scipy.special": special,
