@@ -215,7 +215,9 @@ def docs(session: nox.Session) -> None:
     missing from the nav, fails), then check the built API reference (tests/test_docs.py).
     The site is left in ``site/``."""
     _install_project(session, [])
-    session.install(*DOCS_REQUIREMENTS, "pytest>=8")
+    # array-api-strict: the guide's example package has a provider over it (tests/test_docs.py
+    # runs the guide's steps and that package's tests here).
+    session.install(*DOCS_REQUIREMENTS, "pytest>=8", "array-api-strict>=2.3")
     site = ROOT / "site"
     # NO_MKDOCS_2_WARNING: Material prints a banner about MkDocs 2 on every build.
     env = {"NO_MKDOCS_2_WARNING": "1"}
