@@ -83,6 +83,11 @@ OPS = [
     "DFT", "STFT", "MelWeightMatrix",
     # conv and pool, from the operator library (onyxrt_ops) bound over CuPy
     "ConvInteger", "GlobalLpPool", "LpPool",
+    # Mod, TopK, CumProd, TensorScatter and QLinearConv, from the operator library
+    # (onyxrt_ops) bound over CuPy
+    "Mod", "TopK", "CumProd", "TensorScatter", "QLinearConv",
+    # detection and sampling, from the operator library (onyxrt_ops) bound over CuPy
+    "GridSample", "RoiAlign", "NonMaxSuppression", "Col2Im", "MaxUnpool", "DeformConv",
 ]  # fmt: skip
 
 #: Conformance cases the GPU kernels skip by design, with the reason.
@@ -127,7 +132,10 @@ def test_steering_inputs_are_registered_host_inputs():
         ("ReduceMean", 18): {1}, ("ReduceMax", 20): {1}, ("ReduceMin", 20): {1},
         ("Dropout", 22): {1, 2}, ("RNN", 22): {4}, ("GRU", 22): {4}, ("LSTM", 22): {4},
         ("ConstantOfShape", 21): {0}, ("Range", 11): {0, 1, 2}, ("DFT", 20): {1, 2},
-        ("STFT", 17): {1, 3}, ("OneHot", 11): {1},
+        ("STFT", 17): {1, 3}, ("OneHot", 11): {1}, ("TopK", 11): {1}, ("CumProd", 26): {1},
+        ("RoiAlign", 22): {1, 2}, ("NonMaxSuppression", 11): {2, 3, 4}, ("Col2Im", 18): {1, 2},
+        ("MaxUnpool", 22): {2}, ("GridSample", 22): set(), ("DeformConv", 22): set(),
+        ("TensorScatter", 24): {2},
         # data the kernels compute with stays on the device
         ("Gather", 13): set(), ("Clip", 13): set(), ("Pow", 15): set(), ("Where", 16): set(),
     }  # fmt: skip
@@ -921,10 +929,70 @@ SPATIAL = [
     case("LpPool", [randn(1, 2, 7)], 11, kernel_shape=[2], p=1, id="LpPool-11-p1"),
 ]
 
+#: Mod, TopK, CumProd, TensorScatter and QLinearConv, gained from the operator library.
+MISC_GAINED = [
+    case("Mod", [randint(4, 5, lo=-20, hi=20), randint(4, 5, lo=-6, hi=7, seed=1)], 13,
+         id="Mod-int"),
+    case("Mod", [randint(4, 5, lo=-20, hi=20, dtype=np.int64),
+                 randint(4, 5, lo=-6, hi=7, seed=1, dtype=np.int64)], 13, fmod=1,
+         id="Mod-int64-fmod"),
+    case("Mod", [randn(3, 4, scale=10), randn(3, 4, seed=1)], 13, fmod=1, id="Mod-fmod"),
+    case("Mod", [randn(3, 4, scale=10, dtype=np.float16), positive(4, dtype=np.float16)], 10,
+         id="Mod-10-f16"),
+    case("TopK", [randint(3, 10, lo=0, hi=4).astype(np.float32), i64([4])], 11, n_out=2,
+         id="TopK-ties"),
+    case("TopK", [randint(4, 6, 3, lo=0, hi=5, dtype=np.uint8), i64([3])], 24, n_out=2,
+         axis=1, largest=0, consts=(1,), id="TopK-smallest-uint8"),
+    case("TopK", [randn(3, 7, dtype=np.float64)], 1, n_out=2, k=2, id="TopK-1"),
+    case("CumProd", [positive(3, 4), i64(1)], 26),
+    case("CumProd", [randint(3, 4, lo=-3, hi=4, dtype=np.int64), np.int32(0)], 26,
+         exclusive=1, reverse=1, id="CumProd-exclusive-reverse"),
+    case("TensorScatter", [randn(2, 3, 6, 4), randn(2, 3, 2, 4, seed=1), i64([1, 4])], 24),
+    case("TensorScatter", [randn(2, 5, 3), randn(2, 3, 3, seed=1), i64([4, 1])], 24,
+         mode="circular", axis=1, id="TensorScatter-circular"),
+    case("QLinearConv", [_u8(1, 2, 5, 5), np.float32(0.02), np.uint8(128),
+                         _i8(4, 2, 3, 3, seed=1), positive(4, seed=2) / 50, np.zeros(4, np.int8),
+                         np.float32(0.05), np.uint8(120), randint(4, lo=-500, hi=500)], 10,
+         pads=[1, 1, 1, 1]),
+    case("QLinearConv", [_i8(1, 4, 6, 6), np.float32(0.03), np.int8(-3), _i8(4, 2, 2, 2, seed=1),
+                         np.float32(0.01), np.int8(0), np.float32(0.1), np.int8(5)], 10,
+         consts=(3,), group=2, strides=[2, 2], id="QLinearConv-int8-group-stride"),
+]
+
+#: GridSample, RoiAlign, NonMaxSuppression, Col2Im, MaxUnpool, DeformConv, gained from the
+#: operator library.
+DETECTION = [
+    case("GridSample", [randn(2, 3, 5, 6), randn(2, 4, 3, 2, scale=1.2, seed=1)], 22),
+    case("GridSample", [randn(1, 2, 5, 6), randn(1, 3, 4, 2, scale=1.2, seed=1)], 16,
+         mode="bicubic", padding_mode="reflection", align_corners=1, id="GridSample-16-bicubic"),
+    case("GridSample", [randn(1, 2, 4, 5, 3), randn(1, 2, 3, 4, 3, seed=1)], 20,
+         mode="nearest", padding_mode="border", id="GridSample-3d-nearest"),
+    case("RoiAlign", [randn(2, 3, 8, 9), np.array([[0, 0, 4, 4], [1, 2, 7.5, 6], [-2, -1, 3, 9]],
+                                                  np.float32), i64([0, 1, 1])], 16,
+         output_height=3, output_width=2, spatial_scale=0.9),
+    case("RoiAlign", [randn(1, 2, 8, 8), np.array([[0, 0, 4, 4]], np.float32), i64([0])], 10,
+         mode="max", output_height=2, output_width=2, sampling_ratio=2, id="RoiAlign-10-max"),
+    case("NonMaxSuppression", [positive(1, 10, 4) * 4, positive(1, 2, 10, seed=1), i64([3]),
+                               np.array([0.3], np.float32), np.array([0.5], np.float32)], 11),
+    case("NonMaxSuppression", [positive(1, 10, 4) * 4, positive(1, 1, 10, seed=1), i64([4])], 10,
+         center_point_box=1, id="NonMaxSuppression-10-center"),
+    case("Col2Im", [randn(2, 2 * 6, 12), i64([5, 5]), i64([2, 3])], 18, strides=[2, 1],
+         pads=[1, 0, 1, 1]),
+    case("MaxUnpool", [randn(1, 2, 2, 2), i64([[[[0, 3], [10, 15]], [[16, 18], [25, 31]]]])],
+         11, kernel_shape=[2, 2], strides=[2, 2]),
+    case("MaxUnpool", [randn(1, 1, 2, 2), i64([[[[0, 3], [8, 10]]]]), i64([1, 1, 5, 5])], 22,
+         kernel_shape=[2, 2], strides=[2, 2], id="MaxUnpool-output-shape"),
+    case("DeformConv", [randn(2, 4, 6, 5), randn(4, 2, 3, 2, seed=1), randn(2, 24, 6, 2, seed=2),
+                        randn(4, seed=3), positive(2, 12, 6, 2, seed=4)], 19, group=2,
+         offset_group=2, pads=[1, 0, 1, 0], strides=[1, 2]),
+    case("DeformConv", [randn(1, 2, 5, 5), randn(3, 2, 2, 2, seed=1), randn(1, 8, 4, 4, seed=2)],
+         22, id="DeformConv-22"),
+]
+
 DIFFERENTIAL = (
     ELEMENTWISE + ACTIVATION + LINALG + CONV + POOL + NORMALIZATION + REDUCTION + SHAPE
     + GENERATOR + INDEXING + LINALG_GAINED + NORMALIZATION_GAINED + QUANTIZATION + RECURRENT
-    + REDUCTION_GAINED + RESIZE + SHAPE_GAINED + SIGNAL + SPATIAL
+    + REDUCTION_GAINED + RESIZE + SHAPE_GAINED + SIGNAL + SPATIAL + MISC_GAINED + DETECTION
 )
 
 
@@ -955,6 +1023,13 @@ KNOWN_TRANSFERS = {
     "Resize-11": (10, 1), "Upsample": (2, 0), "Upsample-linear": (10, 1),
     # computed on the host from host inputs, then uploaded
     "STFT": (1, 0), "STFT-length": (1, 0), "MelWeightMatrix": (1, 0),
+    # sample positions and weights worked out on the host per group of regions that share
+    # a sampling grid, uploaded (two per group, plus the regions' order)
+    "RoiAlign": (7, 0), "RoiAlign-10-max": (2, 0),
+    # suppression runs on the host: boxes and scores read back, the selection uploaded
+    "NonMaxSuppression": (1, 2), "NonMaxSuppression-10-center": (1, 2),
+    # the indices' range is checked on the host
+    "MaxUnpool": (0, 1), "MaxUnpool-output-shape": (0, 1),
 }  # fmt: skip
 
 

@@ -35,11 +35,13 @@ Importing the package imports every family module, which fills :data:`library`:
   QLinearMatMul;
 * :mod:`onyxrt_ops.recurrent` — RNN, GRU, LSTM;
 * :mod:`onyxrt_ops.generator` — Constant, ConstantOfShape, EyeLike, Range, random numbers;
-* :mod:`onyxrt_ops.signal` — DFT, STFT, MelWeightMatrix.
+* :mod:`onyxrt_ops.signal` — DFT, STFT, MelWeightMatrix;
+* :mod:`onyxrt_ops.detection` — GridSample, RoiAlign, NonMaxSuppression, Col2Im, MaxUnpool,
+  DeformConv.
 
 Not in the library (provider kernels, with the reason in their module): operators the
-array API standard cannot express (strings, Einsum, TopK's stable tie order on CuPy,
-float8/sub-byte quantization, Bernoulli's legacy random stream), control flow and
+array API standard cannot express (strings, Einsum, BitCast, float8/sub-byte
+quantization, Bernoulli's legacy random stream), control flow and
 sequences (the core's), and the com.microsoft and ai.onnx.ml domains.
 """
 
@@ -48,6 +50,7 @@ from __future__ import annotations
 # The family modules register their operators in ``library`` when imported.
 from . import (  # noqa: F401
     activation,
+    detection,
     elementwise,
     generator,
     indexing,

@@ -4,7 +4,7 @@ namespace.
 Add, Sub, Mul, Div, Pow; the unary math functions (Abs, Neg, Sqrt, Reciprocal, Exp, Log,
 Floor, Ceil, Round, Sign, the trigonometric and hyperbolic functions and their inverses,
 Erf); IsNaN and IsInf; the variadic Max, Min, Sum and Mean; BitShift and the Bitwise
-operators — every ONNX version of each.
+operators; Mod — every ONNX version of each.
 
 Binary operators broadcast like numpy from opset 7 on; the older versions (Add-1/6,
 Pow-1, ...) use ONNX's legacy ``broadcast``/``axis`` attributes (:func:`legacy_align`).
@@ -18,11 +18,9 @@ Floating-point exceptions (log of a negative number, 1 / 0, overflow) give their
 results (NaN, inf), which are the ONNX semantics; numpy-based namespaces would also report
 them as warnings, which :func:`_quiet` silences (it has no effect on other namespaces).
 
-Left with the providers, not expressible with the standard's functions:
-
-* Mod — ``fmod=1`` on floats needs C's ``fmod`` (the standard has only ``remainder``, and
-  ``remainder - divisor`` is not exact);
-* Cast and CastLike — strings, float8 saturation and rounding modes, 4- and 2-bit types.
+Left with the providers, not expressible with the standard's functions: Cast and CastLike
+(strings, float8 saturation and rounding modes, 4- and 2-bit types) and BitCast (a
+reinterpretation of bytes).
 """
 
 from __future__ import annotations
@@ -540,3 +538,38 @@ class BitwiseNot(Elementwise):
 
     def compute(self, x):
         return (self.result(self.xp.bitwise_invert(x), x.dtype),)
+
+
+# -------------------------------------------------------------------------------- Mod
+
+
+@library.define("Mod", (10, 13, 28))
+class Mod(Elementwise):
+    """Remainder: ``fmod=0`` takes the divisor's sign (Python's %), ``fmod=1`` the
+    dividend's (C's fmod); an integer x mod 0 is 0, a float one NaN. float16 and narrower
+    floats are computed in float32 and rounded once."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.fmod = int(info.attr("fmod", 0))
+        if self.fmod not in (0, 1):
+            raise InvalidGraph(f"{self.where()}: attribute fmod must be 0 or 1, got {self.fmod}")
+
+    def compute(self, a, b):
+        xp = self.xp
+        with _quiet():  # x mod 0
+            if _is_integer(a):
+                r = xp.remainder(a, b)
+                if self.fmod and _name(a.dtype) in _SIGNED:
+                    # Python's sign → C's: |r| < |b|, so r - b cannot overflow.
+                    r = xp.where((r != 0) & ((r < 0) != (a < 0)), r - b, r)
+                return (self.result(r, a.dtype),)
+            w = a if a.dtype in self.wide_floats else xp.astype(a, self.backend.dtype(np.float32))
+            v = b if b.dtype == w.dtype else xp.astype(b, w.dtype)
+            if self.fmod:
+                # The remainder of magnitudes is C's fmod exactly (nothing to adjust when
+                # both are positive); it takes the dividend's sign.
+                r = xp.copysign(xp.remainder(xp.abs(w), xp.abs(v)), w)
+            else:
+                r = xp.remainder(w, v)
+        return (self.result(r, a.dtype),)

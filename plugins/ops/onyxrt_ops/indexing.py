@@ -1,7 +1,7 @@
 """The indexing operators, written once over an array namespace.
 
 Slice, Gather, GatherElements, GatherND, ScatterND, ScatterElements, Scatter (deprecated),
-OneHot, NonZero and Unique, with every ONNX version of each.
+OneHot, NonZero, Unique and TensorScatter, with every ONNX version of each.
 
 Negative indices count from the end of their axis; an index outside ``[-dim, dim)`` is an
 ``IndexError`` naming the range (the executor reports it as a ``KernelError`` naming the
@@ -17,6 +17,9 @@ exactly the order of a sequential loop — and the rows merged into the data wit
 Unique sorts (lexicographically along ``axis``, by repeated stable sorts), numbers the
 groups with a cumulative sum, and maps them back to the input's order by the inverse of
 the sorting permutation (a second sort, where a backend cannot assign at indices).
+
+TensorScatter reads its write indices on the host and writes each batch's update window as
+one or two slice assignments (two where a circular window wraps around the cache's end).
 
 Known gaps: NonZero of string tensors needs Python truthiness per element (the CPU keeps
 an override); Unique treats every NaN as one value, as ``numpy.unique`` does. The scatters
@@ -536,3 +539,54 @@ class Unique(Indexing):
         y = xp.take(values, first) if axis is None else xp.take(x, first, axis=axis)
         return (y,) + tuple(v if v.dtype == self.i64 else xp.astype(v, self.i64)
                             for v in (first, inverse, counts))
+
+
+@library.define("TensorScatter", 24, host_inputs=(2,))
+class TensorScatter(OpKernel):
+    """Copy ``past_cache`` and write ``update`` into it along ``axis`` at per-batch
+    ``write_indices`` (0 when absent), linearly or modulo the cache's length (``circular``)."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.mode = info.attr("mode", "linear")
+        if self.mode not in ("linear", "circular"):
+            raise InvalidGraph(f"{self.where()}: mode must be 'linear' or 'circular', got {self.mode!r}")
+        self.axis = int(info.attr("axis", -2))
+
+    def windows(self, past: Any, update: Any, write_indices: Any) -> tuple[int, list[int]]:
+        """(the normalized axis, each batch's first written position), checked."""
+        rank = past.ndim
+        if rank < 2 or update.ndim != rank:
+            raise ValueError(f"TensorScatter: past_cache (rank {rank}) and update (rank {update.ndim}) "
+                             "must have the same rank, at least 2")
+        ax = self.axis + rank if self.axis < 0 else self.axis
+        if not 0 < ax < rank:
+            raise ValueError(f"TensorScatter: axis {self.axis} must name a non-batch dim of rank {rank}")
+        max_len, seq_len = past.shape[ax], update.shape[ax]
+        shape, ushape = tuple(past.shape), tuple(update.shape)
+        if shape[:ax] + shape[ax + 1 :] != ushape[:ax] + ushape[ax + 1 :] or seq_len > max_len:
+            raise ValueError(f"TensorScatter: update shape {ushape} does not fit past_cache shape {shape} "
+                             f"along axis {ax}")
+        batch = shape[0]
+        starts = [0] * batch if write_indices is None else self.host_ints(write_indices)
+        if len(starts) != batch:
+            raise ValueError(f"TensorScatter: write_indices has {len(starts)} values, expected ({batch},)")
+        if self.mode == "circular":
+            starts = [s % max(max_len, 1) for s in starts]
+        elif seq_len and (min(starts) < 0 or max(starts) + seq_len > max_len):
+            raise ValueError(f"TensorScatter: linear mode needs 0 <= write_indices and write_indices + "
+                             f"{seq_len} <= {max_len}, got write_indices {starts}")
+        return ax, starts
+
+    def compute(self, past, update, write_indices=None):
+        ax, starts = self.windows(past, update, write_indices)
+        max_len, seq_len = past.shape[ax], update.shape[ax]
+        out = self.xp.astype(past, past.dtype, copy=True)  # CuPy's asarray takes no ``copy``
+        between = (slice(None),) * (ax - 1)
+        for b, start in enumerate(starts):
+            # The window [start, start + seq_len), wrapped at max_len in circular mode.
+            first = min(seq_len, max_len - start)
+            out[(b, *between, slice(start, start + first), ...)] = update[(b, *between, slice(0, first), ...)]
+            if first < seq_len:
+                out[(b, *between, slice(0, seq_len - first), ...)] = update[(b, *between, slice(first, seq_len), ...)]
+        return (out,)

@@ -2,7 +2,7 @@
 
 QuantizeLinear and DequantizeLinear (every version: per-tensor, per-axis and blocked
 ``block_size`` parameters, ``output_dtype``, ``saturate``, ``precision``),
-DynamicQuantizeLinear and QLinearMatMul, for the integer types int8, uint8, int16, uint16
+DynamicQuantizeLinear, QLinearMatMul and QLinearConv, for the integer types int8, uint8, int16, uint16
 and int32.
 
 Scales and zero points are expanded once per call to a shape that broadcasts against the
@@ -11,7 +11,9 @@ data (blocked ones with ``repeat``). Quantizing divides in the scale's precision
 bfloat16), rounds half to even (``xp.round``), adds the zero point in float32 at least and
 clips to the integer range. QLinearMatMul accumulates ``(a - a_zero_point)`` products
 exactly: in float32 while every partial sum of 8-bit products stays below 2**24, else in
-float64, then requantizes.
+float64, then requantizes. QLinearConv does the same around the library's Conv
+(:mod:`onyxrt_ops.spatial`): x and y per-tensor, w per-tensor or per output channel, an
+optional int32 bias added to the accumulator.
 
 Attribute errors are :class:`~onyxrt.errors.InvalidGraph` naming the node; errors in the
 data (a scale that does not match the axis or the blocks, a zero point of another type)
@@ -19,12 +21,12 @@ are ``ValueError`` from ``compute``.
 
 Known gaps, left with the providers (declared away here, so a backend refuses them at
 capability time): float8, float4/float6, 4- and 2-bit integer types and float8e8m0 scales,
-which need ml_dtypes' casts and limits (the CPU provider overrides the kernels for them),
-and QLinearConv, which needs a quantized convolution.
+which need ml_dtypes' casts and limits (the CPU provider overrides the kernels for them).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,7 @@ from onyxrt.kernels import KernelInfo
 
 from .elementwise import _quiet
 from .library import OpKernel, library
+from .spatial import _Conv
 
 # The operators are reached through ``library`` (this module registers them on import).
 __all__: list[str] = []
@@ -273,4 +276,31 @@ class QLinearMatMul(QLinear):
                         self.centered(b, b_zero_point, dt))
         real_scale = (xp.astype(self.as_float(row_param(a_scale)), self.f32)
                       * xp.astype(self.as_float(b_scale), self.f32))
+        return (self.requantize(acc, xp.astype(real_scale, self.f64), y_scale, y_zero_point),)
+
+
+@library.define("QLinearConv", 10, types={"T1": _BYTES, "T2": _BYTES, "T3": _BYTES})
+class QLinearConv(QLinear, _Conv):
+    """Quantized N-d convolution (per-tensor x and y, per-tensor or per-channel w) with an
+    optional int32 bias, accumulated exactly and requantized."""
+
+    def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias=None):
+        xp = self.xp
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise ValueError(f"X must have rank >= 3 and W the same rank; got {list(x.shape)}, {list(w.shape)}")
+        if x_zero_point is not None and math.prod(x_zero_point.shape) != 1:
+            raise ValueError("x_zero_point must be a scalar (per-tensor)")
+        m = w.shape[0]
+        channel = (m,) + (1,) * (w.ndim - 2)  # broadcasts over Y (N, M, *out)
+        if w_zero_point is not None and math.prod(w_zero_point.shape) != 1:
+            w_zero_point = xp.reshape(w_zero_point, channel + (1,))  # over W (M, C/group, *k)
+        dt = self.acc_dtype(x, w, math.prod(w.shape[1:]))
+        xz = None if x_zero_point is None else xp.reshape(x_zero_point, ())
+        # Padding with 0 is padding with x's zero point once it is subtracted.
+        acc = xp.astype(self.convolve(self.centered(x, xz, dt), self.centered(w, w_zero_point, dt)), self.f64)
+        if bias is not None:
+            acc = acc + xp.reshape(xp.astype(bias, self.f64), channel)
+        ws = xp.astype(self.as_float(w_scale), self.f32)
+        ws = xp.reshape(ws, () if math.prod(ws.shape) == 1 else channel)
+        real_scale = xp.reshape(xp.astype(self.as_float(x_scale), self.f32), ()) * ws
         return (self.requantize(acc, xp.astype(real_scale, self.f64), y_scale, y_zero_point),)

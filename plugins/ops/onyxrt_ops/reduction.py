@@ -1,8 +1,8 @@
 """Reductions, written once over an array namespace.
 
 ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare, ReduceL1,
-ReduceL2, ReduceLogSum and ReduceLogSumExp; ArgMax and ArgMin; CumSum — every ONNX version
-of each.
+ReduceL2, ReduceLogSum and ReduceLogSumExp; ArgMax and ArgMin; CumSum and CumProd; TopK —
+every ONNX version of each.
 
 Reduce* take their axes as an attribute in old versions and as an optional int64 input from
 ReduceSum-13 and the other operators' version 18, where ``noop_with_empty_axes`` also
@@ -18,17 +18,17 @@ keep their type — sums wrap around on overflow, means truncate toward zero —
 float-valued formulas (ReduceL2, ReduceLogSum, ReduceLogSumExp) are evaluated in float64 and
 truncated back to the integer type. ArgMax/ArgMin return int64 indices of the first extreme
 (the last with ``select_last_index``: the standard's argmax has no such option, so the axis
-is flipped). CumSum's ``exclusive`` shifts the sums by one, ``reverse`` runs them from the
-end.
+is flipped). CumSum's and CumProd's ``exclusive`` shifts the results by one, ``reverse``
+runs them from the end. TopK orders equal values lower index first and NaN as the largest,
+through the standard's ``argsort(..., stable=True)`` (descending as a stable sort of the
+reversed axis read backwards, which keeps that tie order).
 
 Attribute errors are :class:`~onyxrt.errors.InvalidGraph` naming the node; errors in the
 data (an axis out of range, an axes input that is not 1-D integers) are ``ValueError``.
 
-Known gaps, left with the providers: TopK, whose tie order (lower index first, NaN as the
-largest) needs the standard's ``argsort(..., stable=True)``, which the GPU provider's CuPy
-lacks (14.2's ``argsort`` takes no ``stable``; the simulated CuPy it is tested with has no
-``argsort``). CumSum calls ``cumulative_sum`` (the standard's name), or ``cumsum`` where a
-namespace predates it (CuPy before 14, the simulated CuPy).
+CumSum and CumProd call ``cumulative_sum``/``cumulative_prod`` (the standard's names), or
+``cumsum``/``cumprod`` where a namespace predates them (CuPy before 14). CuPy's ``argsort``
+takes no ``stable`` keyword (its sort is always stable), so TopK calls it without one there.
 """
 
 from __future__ import annotations
@@ -364,39 +364,125 @@ class ArgMin(ArgReduce):
     function = "argmin"
 
 
-# ------------------------------------------------------------------------------- CumSum
+# ---------------------------------------------------------------------- CumSum CumProd
 
 
-@library.define("CumSum", (11, 14), host_inputs=(1,))
-class CumSum(OpKernel):
-    """Cumulative sum along a runtime axis; ``exclusive`` shifts by one, ``reverse`` runs
-    from the end."""
+class Cumulative(OpKernel):
+    """A running sum or product along a runtime axis; ``exclusive`` shifts it by one (the
+    vacated end holds the identity), ``reverse`` runs it from the end. :attr:`functions`
+    name the standard's function and numpy's (CuPy before 14, the simulated CuPy)."""
+
+    functions = ("cumulative_sum", "cumsum")
+    identity = 0
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.exclusive = _flag_attr(self, "exclusive", 0)
         self.reverse = _flag_attr(self, "reverse", 0)
-        # The standard's name; CuPy before 14 has only numpy's.
-        self.cumsum = getattr(self.xp, "cumulative_sum", None) or self.xp.cumsum
+        self.scan = getattr(self.xp, self.functions[0], None) or getattr(self.xp, self.functions[1])
 
     def compute(self, x, axis):
         xp = self.xp
+        op = self.info.op_type
         arr = self.host(axis)
         if arr.size != 1 or arr.dtype.kind not in "iu":
-            raise ValueError(f"CumSum: input 'axis' must hold one integer, got {arr.dtype} of shape {arr.shape}")
-        ax = _norm_axis("CumSum", int(arr.reshape(-1)[0]), x.ndim)
+            raise ValueError(f"{op}: input 'axis' must hold one integer, got {arr.dtype} of shape {arr.shape}")
+        ax = _norm_axis(op, int(arr.reshape(-1)[0]), x.ndim)
         w = self.widen(x)
         if self.reverse:
-            cs = xp.flip(self.cumsum(xp.flip(w, axis=ax), axis=ax, dtype=w.dtype), axis=ax)
+            cs = xp.flip(self.scan(xp.flip(w, axis=ax), axis=ax, dtype=w.dtype), axis=ax)
         else:
-            cs = self.cumsum(w, axis=ax, dtype=w.dtype)
+            cs = self.scan(w, axis=ax, dtype=w.dtype)
         if self.exclusive and cs.shape[ax]:
-            # Each sum moves one place on (back, reversed); the vacated end holds 0.
+            # Each value moves one place on (back, reversed); the vacated end holds the identity.
             head = (slice(None),) * ax
             dst, src = (slice(None, -1), slice(1, None)) if self.reverse else (slice(1, None), slice(None, -1))
-            out = xp.zeros(cs.shape, dtype=cs.dtype)
+            out = xp.full(cs.shape, self.identity, dtype=cs.dtype)
             out[head + (dst, ...)] = cs[head + (src, ...)]
             cs = out
         elif self.reverse:
             return (xp.astype(cs, x.dtype, copy=True),)  # a contiguous copy of the flipped view
         return (self.narrow(cs, x),)
+
+
+@library.define("CumSum", (11, 14), host_inputs=(1,))
+class CumSum(Cumulative):
+    """Cumulative sum along a runtime axis; ``exclusive`` shifts by one, ``reverse`` runs
+    from the end."""
+
+
+@library.define("CumProd", 26, host_inputs=(1,))
+class CumProd(Cumulative):
+    """Cumulative product along a runtime axis (integers wrap around); ``exclusive`` shifts
+    by one, ``reverse`` runs from the end."""
+
+    functions = ("cumulative_prod", "cumprod")
+    identity = 1
+
+
+# -------------------------------------------------------------------------------- TopK
+
+
+def _stable_argsort(xp: Any, x: Any, axis: int) -> Any:
+    """A stable ascending argsort along ``axis``."""
+    try:
+        return xp.argsort(x, axis=axis, stable=True)
+    except TypeError:  # CuPy has no ``stable`` keyword: its sorts are always stable
+        return xp.argsort(x, axis=axis)
+
+
+@library.define("TopK", (1, 10, 11, 24), host_inputs=(1,))
+class TopK(OpKernel):
+    """The k largest (or smallest) values along axis and their int64 indices, sorted;
+    equal values keep the lower index first, NaN counts as the largest value."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.axis = _int_attr(self, "axis", -1)
+        self.largest = True
+        if info.since_version >= 11:
+            self.largest = _flag_attr(self, "largest", 1)
+            _flag_attr(self, "sorted", 1)  # validated; results are always sorted
+        self.k_attr: int | None = None
+        if info.since_version < 10:
+            if info.attr("k") is None:
+                raise InvalidGraph(f"{self.where()}: attribute 'k' is required")
+            self.k_attr = _int_attr(self, "k", 0)
+
+    def k_axis(self, x: Any, k: Any) -> tuple[int, int]:
+        """(k, the normalized axis), checked against ``x``."""
+        if self.k_attr is not None:
+            kk = self.k_attr
+        else:
+            if k is None:
+                raise ValueError("TopK: input 'K' is required")
+            arr = self.host(k)
+            if arr.size != 1 or arr.dtype.kind not in "iu":
+                raise ValueError(f"TopK: input 'K' must hold one integer, got {arr.dtype} of shape {arr.shape}")
+            kk = int(arr.reshape(-1)[0])
+        axis = _norm_axis("TopK", self.axis, x.ndim)
+        if not 0 <= kk <= x.shape[axis]:
+            raise ValueError(f"TopK: k={kk} is out of range for axis {axis} of size {x.shape[axis]}")
+        return kk, axis
+
+    def order(self, keys: Any, axis: int) -> Any:
+        """Indices sorting ``keys`` along ``axis`` (largest first when :attr:`largest`),
+        equal keys in increasing index order."""
+        xp = self.xp
+        if not self.largest:
+            return _stable_argsort(xp, keys, axis)
+        # A stable ascending sort of the reversed axis, read backwards, orders the values
+        # descending with ties in increasing original index (and NaN, sorted last, first).
+        rev = _stable_argsort(xp, xp.flip(keys, axis=axis), axis)
+        return (keys.shape[axis] - 1) - xp.flip(rev, axis=axis)
+
+    def compute(self, x, k=None):
+        xp = self.xp
+        kk, axis = self.k_axis(x, k)
+        i64 = self.backend.dtype(np.int64)
+        if kk == 0 or math.prod(x.shape) == 0:
+            shape = x.shape[:axis] + (kk,) + x.shape[axis + 1 :]
+            return xp.empty(shape, dtype=x.dtype), xp.empty(shape, dtype=i64)
+        head = (slice(None),) * axis
+        idx = xp.astype(self.order(self.widen(x), axis)[head + (slice(0, kk), ...)], i64, copy=True)
+        return xp.take_along_axis(x, idx, axis=axis), idx

@@ -179,7 +179,7 @@ def test_same_as_onnxruntime(bound: Bound, op, inputs, opset, attrs, want):
 
 
 def test_every_operator_has_a_case():
-    assert {p.values[0] for p in CASES} == ELEMENTWISE
+    assert {p.values[0] for p in CASES} == ELEMENTWISE - {"Mod"}  # Mod: test_misc_ops.py
 
 
 def test_every_onnx_version_is_bound(numpy_bound: Bound):

@@ -127,7 +127,8 @@ def test_inputs_are_not_modified(bound: Bound):
 
 
 def test_every_operator_has_a_case():
-    assert {p.values[0] for p in CASES} | {"Unique"} == INDEXING
+    # TensorScatter: test_misc_ops.py
+    assert {p.values[0] for p in CASES} | {"Unique"} == INDEXING - {"TensorScatter"}
 
 
 def test_every_onnx_version_is_bound(numpy_bound: Bound, strict_bound: Bound):

@@ -10,11 +10,16 @@ Overrides of library operators, each subclassing the library's kernel:
 * Pow — a constant exponent 1, 2, 3 or 0.5 by one ufunc call, the cube in place (16.2 us
   instead of 12.9 us for [64, 1024] float32; 1.9 us instead of 0.7 us for 4 elements);
 * Erf — float32 through :func:`._special.erf_float32` (a few ulps, ~8x faster than the
-  library's float64 path), float64 exactly through ``math.erf`` element by element.
+  library's float64 path), float64 exactly through ``math.erf`` element by element;
+* Mod — ``fmod=1`` by numpy's ``fmod`` for integers and small floats: the library's
+  standard-only formula (remainder of magnitudes with the dividend's sign; a sign fix for
+  integers) took 2.8 us instead of 1.9 us for 8 float32 elements, 5.7 instead of 1.8 us for
+  8 int64, 654 instead of 129 us for [64, 1024] int64, but 675 instead of 1369 us for
+  [64, 1024] float32, so larger floats take it (fmod=0 is the library's: 1.9 us either
+  way, 624 us for [64, 1024] float32).
 
 CPU-only operators (the array API standard cannot express them):
 
-* Mod — ``fmod=1`` needs C's ``fmod`` on floats (the standard has only ``remainder``);
 * Cast, CastLike — strings, the float8/4-bit/2-bit types of ``ml_dtypes``, float8
   saturation and e8m0 rounding modes.
 """
@@ -51,10 +56,6 @@ _OBJ = np.dtype(object)
 
 def _node(info: KernelInfo) -> str:
     return f"{info.op_type} node {info.node_name!r}"
-
-
-def _is_native_float(dt: np.dtype[Any]) -> bool:
-    return dt in _NATIVE_FLOATS
 
 
 def _as_float(x: np.ndarray) -> np.ndarray:
@@ -179,27 +180,20 @@ class Erf(library.kernel("Erf", 13, BACKEND)):
         return (_out(erf(x.astype(np.float64)), dt),)
 
 
-@registry.register("Mod", since=(10, 13, 28))
-class Mod(Kernel):
-    """Remainder: fmod=0 takes the divisor's sign (Python %), fmod=1 the dividend's (C)."""
+_FMOD_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.fmod = int(info.attr("fmod", 0))
-        if self.fmod not in (0, 1):
-            raise InvalidGraph(f"{_node(info)}: attribute fmod must be 0 or 1, got {self.fmod}")
+
+@registry.register("Mod", since=(10, 13, 28))
+class Mod(library.kernel("Mod", 28, BACKEND)):
+    """The library's Mod, with ``fmod=1`` by numpy's ``fmod`` for integers and small
+    float32/float64 inputs (one ufunc; the library's standard-only formula takes three or
+    four, which is faster only on larger float inputs)."""
 
     def compute(self, a, b):
-        a = np.asarray(a)
-        b = np.asarray(b)
-        dt = a.dtype
-        fn = np.fmod if self.fmod else np.mod
+        if not self.fmod or not (a.dtype.kind in "iu" or (a.dtype in _FMOD_FLOATS and a.size < 4096)):
+            return super().compute(a, b)
         with np.errstate(all="ignore"):
-            if dt.kind == "V":
-                return (_out(fn(a.astype(np.float32), b.astype(np.float32)), dt),)
-            if dt == np.float16:  # compute the remainder exactly, round once
-                return (_out(fn(a.astype(np.float32), b.astype(np.float32)), dt),)
-            return (_out(fn(a, b), dt),)
+            return (_out(np.fmod(a, b), a.dtype),)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,11 +1,19 @@
-"""CPU kernels: BitCast, CumProd and TensorScatter.
+"""CPU kernels: BitCast, and a numpy fast path of the library's TensorScatter.
 
-BitCast reinterprets the little-endian bits of each element (numpy ``view``); the 4- and
+CumProd and TensorScatter come from the operator library (:mod:`onyxrt_ops.reduction`,
+:mod:`onyxrt_ops.indexing`), bound over numpy in ``kernels/__init__``. CumProd was measured
+no slower (``kernel.compute`` on float32, best of 7: [2, 8] 2.9 us before, 2.5 us from the
+library; exclusive and reversed 11.8 → 8.0; [64, 1024] 221 → 220, exclusive and reversed
+317 → 252). TensorScatter writes one or two slices per batch, faster for the usual few
+batches ([1, 8, 128, 64] cache, one-step update: 20.5 → 9.2 us; [8, 2, 4]: 14.3 → 10.9 us)
+but not for many ([64, 2, 4]: 15.2 → 68.8 us; [64, 8, 128, 64]: 501 → 544 us), where the
+override below keeps numpy's indexed assignment (after the library's checks, which read the
+write indices as Python ints: 22.3 and 523 us).
+
+BitCast stays CPU-only: a reinterpretation of bytes, which the array API standard cannot
+express. It reinterprets the little-endian bits of each element (numpy ``view``); the 4- and
 2-bit types (int4, uint4, float4e2m1, int2, uint2) are held one per byte in their low bits
-by ml_dtypes, so they are masked to those bits and viewed byte for byte. CumProd mirrors
-CumSum (runtime axis, ``exclusive``, ``reverse``; integers wrap around, half types are
-multiplied in float32). TensorScatter writes an update window into a copy of a KV cache at
-per-batch write indices, linearly or modulo the cache's sequence length.
+by ml_dtypes, so they are masked to those bits and viewed byte for byte.
 """
 
 from __future__ import annotations
@@ -16,22 +24,14 @@ from onnx import TensorProto
 from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt_ops import library
 
 from . import registry
-
-_BF16 = np_dtype(TensorProto.BFLOAT16)
-_HALF_TYPES = (np.dtype(np.float16), _BF16)
+from ._backend import BACKEND
 
 
 def _node(info: KernelInfo) -> str:
     return f"{info.op_type} node {info.node_name!r}"
-
-
-def _flag_attr(info: KernelInfo, name: str) -> bool:
-    value = info.attr(name, 0)
-    if value not in (0, 1):
-        raise InvalidGraph(f"{_node(info)}: attribute {name!r} must be 0 or 1, got {value!r}")
-    return bool(value)
 
 
 # ------------------------------------------------------------------- BitCast
@@ -99,97 +99,22 @@ class BitCast(Kernel):
         return (x.view(self.to),)  # same item size: any strides can be viewed
 
 
-# ------------------------------------------------------------------- CumProd
-
-
-@registry.register("CumProd", since=26)
-class CumProd(Kernel):
-    """Cumulative product along a runtime axis; ``exclusive`` shifts by one, ``reverse`` flips."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.exclusive = _flag_attr(info, "exclusive")
-        self.reverse = _flag_attr(info, "reverse")
-
-    def compute(self, x, axis):
-        x = np.asarray(x)
-        axis_arr = np.asarray(axis)
-        if axis_arr.size != 1 or axis_arr.dtype.kind not in "iu":
-            raise ValueError(f"CumProd: axis must be an integer scalar, got {axis_arr!r}")
-        ax = int(axis_arr.reshape(()))
-        if not -x.ndim <= ax < x.ndim:
-            raise ValueError(f"CumProd: axis {ax} is out of range for rank {x.ndim}")
-        ax %= x.ndim
-        w = x.astype(np.float32) if x.dtype in _HALF_TYPES else x
-        if self.reverse:
-            w = np.flip(w, ax)
-        out = np.cumprod(w, axis=ax, dtype=w.dtype)
-        if self.exclusive and out.shape[ax] > 0:
-            ones = np.ones_like(np.take(out, [0], axis=ax))
-            head = np.take(out, np.arange(out.shape[ax] - 1), axis=ax)
-            out = np.concatenate([ones, head], axis=ax)
-        if self.reverse:
-            out = np.flip(out, ax)
-        return (np.asarray(out, dtype=x.dtype, order="C"),)
-
-
 # ------------------------------------------------------------- TensorScatter
 
 
 @registry.register("TensorScatter", since=24)
-class TensorScatter(Kernel):
-    """Copy ``past_cache`` and write ``update`` into it along ``axis`` at ``write_indices``."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        self.mode = info.attr("mode", "linear")
-        if self.mode not in ("linear", "circular"):
-            raise InvalidGraph(
-                f"{_node(info)}: mode must be 'linear' or 'circular', got {self.mode!r}"
-            )
-        self.axis = int(info.attr("axis", -2))
+class TensorScatter(library.kernel("TensorScatter", 24, BACKEND)):
+    """The library's TensorScatter, with more than 8 batches written by one indexed
+    assignment instead of a slice assignment per batch."""
 
     def compute(self, past, update, write_indices=None):
-        past = np.asarray(past)
-        update = np.asarray(update)
-        if past.ndim < 2 or update.ndim != past.ndim:
-            raise ValueError(
-                f"TensorScatter: past_cache (rank {past.ndim}) and update (rank {update.ndim}) "
-                "must have the same rank, at least 2"
-            )
-        ax = self.axis + past.ndim if self.axis < 0 else self.axis
-        if not 0 < ax < past.ndim:
-            raise ValueError(
-                f"TensorScatter: axis {self.axis} must name a non-batch dim of rank {past.ndim}"
-            )
-        max_len, seq_len = past.shape[ax], update.shape[ax]
-        other = [d for i, d in enumerate(past.shape) if i != ax]
-        if other != [d for i, d in enumerate(update.shape) if i != ax] or seq_len > max_len:
-            raise ValueError(
-                f"TensorScatter: update shape {update.shape} does not fit past_cache shape "
-                f"{past.shape} along axis {ax}"
-            )
-        batch = past.shape[0]
-        if write_indices is None:
-            start = np.zeros(batch, dtype=np.int64)
-        else:
-            start = np.asarray(write_indices).astype(np.int64).reshape(-1)
-            if start.shape != (batch,):
-                raise ValueError(
-                    f"TensorScatter: write_indices has shape {np.shape(write_indices)}, "
-                    f"expected ({batch},)"
-                )
-        pos = start[:, None] + np.arange(seq_len, dtype=np.int64)  # (batch, seq_len)
-        if self.mode == "circular":
-            pos %= max(max_len, 1)
-        elif seq_len and (start.min() < 0 or pos.max() >= max_len):
-            raise ValueError(
-                f"TensorScatter: linear mode needs 0 <= write_indices and write_indices + "
-                f"{seq_len} <= {max_len}, got write_indices {start.tolist()}"
-            )
+        if past.ndim < 1 or past.shape[0] <= 8:
+            return super().compute(past, update, write_indices)
+        ax, starts = self.windows(past, update, write_indices)
+        pos = np.asarray(starts)[:, None] + np.arange(update.shape[ax])  # (batch, seq_len)
+        pos %= max(past.shape[ax], 1)  # only circular windows wrap; linear ones were checked
         out = past.copy()
         # A view of ``out`` with the batch dim first and the sequence dim second (the dims
         # between them move behind it); writing into the view writes into ``out``.
-        out_v = np.moveaxis(out, ax, 1)
-        out_v[np.arange(batch)[:, None], pos] = np.moveaxis(update, ax, 1)
+        np.moveaxis(out, ax, 1)[np.arange(past.shape[0])[:, None], pos] = np.moveaxis(update, ax, 1)
         return (out,)

@@ -5,5 +5,6 @@ CuPy in ``kernels/__init__``: each is one CuPy reduction (``sum``, ``max``, ``ar
 ``cumsum``...) with nothing to fuse, so no override is kept. Their axes inputs are host
 inputs (read on the host; constant axes once per input rank).
 
-TopK is not offered: the library does not define it (it needs a stable ``argsort``).
+CumProd and TopK also come from the library (TopK's ``argsort`` relies on CuPy's sort
+being stable, so ties keep the lower index first).
 """
