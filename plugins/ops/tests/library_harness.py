@@ -93,10 +93,17 @@ def oracle(op: str, inputs: Sequence[Any], opset: int, **attrs: Any) -> np.ndarr
     return typed_oracle(op, inputs, opset, np.asarray(inputs[0]).dtype, **attrs)
 
 
-def typed_oracle(op: str, inputs: Sequence[Any], opset: int, out_dtype: Any,
-                 **attrs: Any) -> np.ndarray:
+def reference_output(op: str, inputs: Sequence[Any], opset: int, **attrs: Any) -> np.ndarray:
+    """``op``'s output by onnx's reference evaluator alone (where onnxruntime is known to
+    differ from ONNX's definition), declared of the first input's type."""
+    return typed_oracle(op, inputs, opset, np.asarray(inputs[0]).dtype, reference=True, **attrs)
+
+
+def typed_oracle(op: str, inputs: Sequence[Any], opset: int, out_dtype: Any, *,
+                 reference: bool = False, **attrs: Any) -> np.ndarray:
     """As :func:`oracle`, for an operator whose output type is not its first input's (a
-    comparison's bool, Where's X): the output is declared ``out_dtype``."""
+    comparison's bool, Where's X): the output is declared ``out_dtype``. ``reference``:
+    onnx's reference evaluator only."""
     absent = [i for i, v in enumerate(inputs) if v is None]
     n = node(op, len(inputs), absent, **attrs)
     feeds = {name: np.asarray(v) for name, v in zip(n.input, inputs) if name}
@@ -109,6 +116,8 @@ def typed_oracle(op: str, inputs: Sequence[Any], opset: int, out_dtype: Any,
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               ir_version=10)
     try:
+        if reference:
+            raise LookupError("the reference evaluator is asked for")
         import onnxruntime as ort
 
         sess = ort.InferenceSession(model.SerializeToString(),

@@ -19,10 +19,8 @@ from typing import Any
 import numpy as np
 import onnx.defs
 import pytest
-from library_harness import Bound, assert_matches, node, oracle, typed_oracle
-from onnx import helper
+from library_harness import Bound, assert_matches, node, oracle, reference_output, typed_oracle
 
-from onyxrt.dtypes import onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_ops import library
@@ -46,20 +44,6 @@ def case(op: str, inputs: list[Any], opset: int, *, id: str, reference: bool = F
     MaxUnpool reads the indices in output_shape's tensor, the onnx conformance data in the
     attributes' one)."""
     return pytest.param(op, inputs, opset, attrs, reference, id=id)
-
-
-def reference_output(op: str, inputs: list[Any], opset: int, **attrs: Any) -> np.ndarray:
-    """``op``'s output by onnx's reference evaluator."""
-    from onnx.reference import ReferenceEvaluator
-
-    n = node(op, len(inputs), **attrs)
-    graph = helper.make_graph(
-        [n], "reference",
-        [helper.make_tensor_value_info(f"in{i}", onnx_elem_type(v.dtype), list(v.shape))
-         for i, v in enumerate(inputs)],
-        [helper.make_tensor_value_info("y", onnx_elem_type(inputs[0].dtype), None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    return ReferenceEvaluator(model).run(None, {f"in{i}": v for i, v in enumerate(inputs)})[0]
 
 
 ROIS = np.array([[0, 0, 4, 4], [1, 2, 7.5, 6], [-2, -1, 3, 9], [2, 2, 2.2, 2.3]], np.float32)

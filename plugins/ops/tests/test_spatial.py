@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx.defs
 import pytest
-from library_harness import Bound, assert_matches, node, oracle, typed_oracle
+from library_harness import Bound, assert_matches, node, oracle, reference_output, typed_oracle
 from onnx import TensorProto, helper
 
 from onyxrt.dtypes import np_dtype, onnx_elem_type
@@ -42,20 +42,6 @@ def case(op: str, inputs: list[Any], opset: int, *, id: str, reference: bool = F
     """One case; ``reference``: onnx's reference evaluator is the oracle (onnxruntime's
     SAME padding ignores dilations)."""
     return pytest.param(op, inputs, opset, attrs, reference, id=id)
-
-
-def reference_output(op: str, inputs: list[Any], opset: int, **attrs: Any) -> np.ndarray:
-    """``op``'s output by onnx's reference evaluator."""
-    from onnx.reference import ReferenceEvaluator
-
-    n = node(op, len(inputs), **attrs)
-    graph = helper.make_graph(
-        [n], "reference",
-        [helper.make_tensor_value_info(f"in{i}", onnx_elem_type(v.dtype), list(v.shape))
-         for i, v in enumerate(inputs)],
-        [helper.make_tensor_value_info("y", onnx_elem_type(inputs[0].dtype), None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    return ReferenceEvaluator(model).run(None, {f"in{i}": v for i, v in enumerate(inputs)})[0]
 
 
 X = randn(2, 4, 7, 7)
