@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.defs
 from onnx import helper
 
 from onyxrt.dtypes import onnx_elem_type
@@ -35,6 +36,18 @@ def strict_erf(x: Any) -> Any:
     import array_api_strict as xp
 
     return xp.asarray(numpy_erf(np.from_dlpack(x)))
+
+
+def onnx_versions(op: str) -> set[int]:
+    """Every since_version the installed onnx defines for default-domain ``op``."""
+    return {s.since_version for s in onnx.defs.get_all_schemas_with_history()
+            if s.name == op and s.domain == ""}
+
+
+def unbound_versions(registry: KernelRegistry, ops: Any) -> list[str]:
+    """``"Op-version"`` for each ONNX version of ``ops`` that ``registry`` has no kernel for."""
+    return [f"{op}-{v}" for op in sorted(ops) for v in sorted(onnx_versions(op))
+            if ("", op, v) not in registry]
 
 
 def node(op: str, n_inputs: int, absent: Sequence[int] = (), **attrs: Any) -> onnx.NodeProto:
