@@ -50,7 +50,7 @@ def main() -> int:
                         if n.provider != CUDA:
                             for r in sess.placement.refusals_for(n.node):
                                 if r.provider == CUDA:
-                                    reasons[r.reason.split(":")[0][:80]] += 1
+                                    reasons[r.reason[:110]] += 1
     print(f"node cases: {sessions} sessions, {whole} wholly on the GPU; "
           f"{on_gpu} of {nodes} nodes on the GPU ({100 * on_gpu / max(nodes, 1):.0f}%)")
     for reason, count in reasons.most_common(40):

@@ -1,4 +1,4 @@
-"""Tests of the CPU generator kernels (onyxrt_cpu/kernels/generator.py).
+"""Tests of the CPU provider's generator operators (the operator library's, bound over numpy).
 
 Runs the ONNX node conformance cases of Constant, ConstantOfShape, Range, EyeLike and the
 random ops through the kernel registry, plus targeted tests against onnxruntime or numpy

@@ -1,4 +1,4 @@
-"""Tests for the CPU misc kernels (onyxrt_cpu.kernels.misc): BitCast, CumProd, TensorScatter.
+"""Tests of BitCast, CumProd and TensorScatter on the CPU provider (the library's kernels and the CPU's TensorScatter override).
 
 The onnx node conformance cases run straight through the registry; targeted tests cover what
 they leave out (half, complex and 4-bit types for BitCast; int and half types, every

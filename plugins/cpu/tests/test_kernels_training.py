@@ -1,4 +1,4 @@
-"""Tests for the CPU ai.onnx.preview.training kernels (onyxrt_cpu.kernels.training).
+"""Tests of the ai.onnx.preview.training optimizers on the CPU provider (the operator library's, onyxrt_ops.training, bound over numpy).
 
 The onnx node conformance cases run straight through the registry; the targeted tests check
 float64 tensors, the first step (T == 0), regularization terms and several tensors per node

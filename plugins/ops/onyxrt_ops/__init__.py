@@ -21,28 +21,32 @@ kernel registry, after registering its own fast paths (compiled, fused) as overr
 Importing the package imports every family module, which fills :data:`library`:
 
 * :mod:`onyxrt_ops.activation` — activations and the softmax family;
-* :mod:`onyxrt_ops.elementwise` — arithmetic, math functions, Max/Min/Sum/Mean, bitwise;
+* :mod:`onyxrt_ops.elementwise` — arithmetic, math functions, Max/Min/Sum/Mean, bitwise,
+  BitCast (over the backend's ``bitcast`` byte view);
 * :mod:`onyxrt_ops.logical` — comparisons, boolean logic and Where;
 * :mod:`onyxrt_ops.shape` — Reshape, Transpose, Concat, Split, Pad, Tile, Expand and the
   other data-movement operators;
 * :mod:`onyxrt_ops.indexing` — Slice, Gather*, Scatter*, OneHot, NonZero, Unique;
 * :mod:`onyxrt_ops.reduction` — Reduce*, ArgMax/ArgMin, CumSum;
 * :mod:`onyxrt_ops.normalization` — BatchNormalization, LayerNormalization and the rest;
-* :mod:`onyxrt_ops.linalg` — MatMul, Gemm, MatMulInteger, Det;
+* :mod:`onyxrt_ops.linalg` — MatMul, Gemm, MatMulInteger, Det, Einsum (over the backend's
+  ``einsum``);
 * :mod:`onyxrt_ops.spatial` — convolutions and pooling;
 * :mod:`onyxrt_ops.resize` — Resize, Upsample;
 * :mod:`onyxrt_ops.quantization` — QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
   QLinearMatMul;
 * :mod:`onyxrt_ops.recurrent` — RNN, GRU, LSTM;
-* :mod:`onyxrt_ops.generator` — Constant, ConstantOfShape, EyeLike, Range, random numbers;
+* :mod:`onyxrt_ops.generator` — Constant, ConstantOfShape, EyeLike, Range, random numbers
+  (RandomNormal, RandomUniform, their ``*Like`` forms, Multinomial, Bernoulli);
 * :mod:`onyxrt_ops.signal` — DFT, STFT, MelWeightMatrix;
 * :mod:`onyxrt_ops.detection` — GridSample, RoiAlign, NonMaxSuppression, Col2Im, MaxUnpool,
-  DeformConv.
+  DeformConv;
+* :mod:`onyxrt_ops.training` — the ai.onnx.preview.training optimizers Adam, Adagrad,
+  Momentum.
 
 Not in the library (provider kernels, with the reason in their module): operators the
-array API standard cannot express (strings, Einsum, BitCast, float8/sub-byte
-quantization, Bernoulli's legacy random stream), control flow and
-sequences (the core's), and the com.microsoft and ai.onnx.ml domains.
+array API standard cannot express (strings, float8/sub-byte quantization and casts),
+control flow and sequences (the core's), and the com.microsoft and ai.onnx.ml domains.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from . import (  # noqa: F401
     shape,
     signal,
     spatial,
+    training,
 )
 from .backend import Backend, namespace_backend, numpy_backend
 from .library import OpKernel, OpLibrary, library

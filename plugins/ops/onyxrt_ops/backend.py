@@ -91,15 +91,29 @@ class Backend:
         return [name for name in needs if name not in self.extras]
 
 
+def _numpy_view(x: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """``x``'s little-endian bytes viewed as ``dtype`` (the ``bitcast`` extra)."""
+    if x.dtype.byteorder == ">":
+        x = x.astype(x.dtype.newbyteorder("<"))
+    return x.view(dtype)
+
+
+def _numpy_einsum(equation: str, *operands: np.ndarray) -> Any:
+    """numpy's einsum with its contraction-order optimizer (the ``einsum`` extra)."""
+    return np.einsum(equation, *operands, optimize=True)
+
+
 def numpy_backend(extras: Mapping[str, Callable[..., Any]] | None = None) -> Backend:
     """The host backend: numpy itself (numpy 2 implements the standard in its main
-    namespace; numpy 1.x through ``array_api_compat.numpy``), every dtype numpy holds."""
+    namespace; numpy 1.x through ``array_api_compat.numpy``), every dtype numpy holds,
+    numpy's ``einsum`` and ``bitcast`` (a byte view) extras, and ``extras``."""
     from onyxrt.dtypes import ALL_TENSOR_TYPES
 
     xp: Any = np
     if not hasattr(np, "permute_dims"):  # numpy < 2: the standard's names come from the wrapper
         import array_api_compat.numpy as xp
-    return Backend("numpy", xp, frozenset(ALL_TENSOR_TYPES), dict(extras or {}))
+    own: dict[str, Callable[..., Any]] = {"einsum": _numpy_einsum, "bitcast": _numpy_view}
+    return Backend("numpy", xp, frozenset(ALL_TENSOR_TYPES), {**own, **(extras or {})})
 
 
 def namespace_backend(

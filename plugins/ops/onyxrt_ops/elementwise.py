@@ -18,9 +18,14 @@ Floating-point exceptions (log of a negative number, 1 / 0, overflow) give their
 results (NaN, inf), which are the ONNX semantics; numpy-based namespaces would also report
 them as warnings, which :func:`_quiet` silences (it has no effect on other namespaces).
 
+BitCast reinterprets each element's little-endian bits as another type of the same width:
+a reinterpretation of bytes the standard cannot express, so it needs the backend's
+``bitcast`` extra (``x.view(dtype)`` in numpy and CuPy). The 4- and 2-bit types (int4,
+uint4, float4e2m1, int2, uint2) are held one per byte in their low bits by ml_dtypes, so
+they are masked to those bits and viewed byte for byte.
+
 Left with the providers, not expressible with the standard's functions: Cast and CastLike
-(strings, float8 saturation and rounding modes, 4- and 2-bit types) and BitCast (a
-reinterpretation of bytes).
+(strings, float8 saturation and rounding modes, 4- and 2-bit types).
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto
 
+from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 
@@ -573,3 +580,65 @@ class Mod(Elementwise):
             else:
                 r = xp.remainder(w, v)
         return (self.result(r, a.dtype),)
+
+
+# ----------------------------------------------------------------------------- BitCast
+
+
+def _sub_byte_bits() -> dict[np.dtype[Any], int]:
+    """The 4- and 2-bit element types this onnx and ml_dtypes have, with their widths."""
+    bits: dict[np.dtype[Any], int] = {}
+    for name, width in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2)):
+        code = getattr(TensorProto, name, None)
+        if code is None:
+            continue
+        try:
+            bits[np_dtype(code)] = width
+        except TypeError:  # this ml_dtypes cannot hold it
+            pass
+    return bits
+
+
+_SUB_BYTE_BITS = _sub_byte_bits()
+_U8 = np.dtype(np.uint8)
+
+
+def _bit_width(dt: np.dtype[Any]) -> int:
+    return _SUB_BYTE_BITS.get(dt, dt.itemsize * 8)
+
+
+@library.define("BitCast", 26, needs=("bitcast",))
+class BitCast(OpKernel):
+    """Reinterpret each element's bits as the ``to`` type (same bit width, same shape)."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        to = info.attr("to")
+        if to is None:
+            raise InvalidGraph(f"{self.where()}: attribute 'to' is required")
+        if to == TensorProto.STRING:
+            raise InvalidGraph(f"{self.where()}: cannot bit-cast to string")
+        try:
+            self.to = np_dtype(int(to))
+        except TypeError:
+            raise InvalidGraph(f"{self.where()}: 'to' = {to} is not a supported type") from None
+        src = info.input_types[0].dtype if info.input_types and info.input_types[0] else None
+        if src is not None and _bit_width(src) != _bit_width(self.to):
+            raise InvalidGraph(f"{self.where()}: cannot bit-cast {src} ({_bit_width(src)} bits) "
+                               f"to {self.to} ({_bit_width(self.to)} bits)")
+        self._view = self.backend.extras["bitcast"]
+
+    def compute(self, x):
+        src = self.backend.numpy_dtype(x.dtype)
+        if src.kind == "O":
+            raise TypeError("BitCast does not accept string tensors")
+        width = _bit_width(src)
+        if width != _bit_width(self.to):
+            raise ValueError(f"BitCast: {src} is {width} bits wide but {self.to} is "
+                             f"{_bit_width(self.to)} bits wide")
+        if src == self.to:
+            return (x,)
+        if width < 8:  # one value per byte, in the low bits
+            raw = self.xp.bitwise_and(self._view(x, _U8), (1 << width) - 1)
+            return (self._view(raw, self.to),)
+        return (self._view(x, self.to),)

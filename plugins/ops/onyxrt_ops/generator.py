@@ -17,10 +17,12 @@ without the extra (the CPU provider's numbers, as they always were). Multinomial
 the host (a searchsorted over the rows' cumulative probabilities, which CuPy's namespace
 need not have) and hands the indices to the backend.
 
-Known gaps: Bernoulli stays a CPU kernel (:mod:`onyxrt_cpu.kernels.generator`): its ONNX
-node cases expect numpy's legacy global stream, which no seeded generator reproduces, so
-the library's conformance run could not pass them. String constants exist only where the
-backend holds strings (numpy).
+Bernoulli compares the input probabilities with uniform draws from the node's generator.
+Its ONNX node cases expect numpy's legacy global stream, which no seeded generator
+reproduces; the library's conformance run reports them as not comparable (as onnxruntime's
+own backend tests exclude them), and the operator's tests check the distribution instead.
+
+Known gap: string constants exist only where the backend holds strings (numpy).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from onyxrt.dtypes import FLOAT_TYPES, np_dtype
+from onyxrt.dtypes import FLOAT_TYPES, INT_TYPES, np_dtype
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.limits import check_allocation, output_of
@@ -40,9 +42,8 @@ from onyxrt.seeding import default_seed
 
 from .library import OpKernel, library
 
-# The operators are reached through ``library`` (this module registers them on import);
-# the helpers are shared with the CPU's Bernoulli kernel.
-__all__ = ["dtype_attr", "seed_to_int"]
+# The operators are reached through ``library`` (this module registers them on import).
+__all__: list[str] = []
 
 
 def _invalid(kernel: Kernel, message: str) -> InvalidGraph:
@@ -358,3 +359,22 @@ class Multinomial(_RandomKernel):
         pos = np.searchsorted((cdf + offsets).reshape(-1), (u + offsets).reshape(-1), side="right")
         idx = pos.reshape(batch, self.sample_size) - offsets.astype(np.int64) * classes
         return (self.xp.asarray(np.clip(idx, 0, classes - 1).astype(self.dtype)),)
+
+
+@library.define("Bernoulli", (15, 22))
+class Bernoulli(_RandomKernel):
+    """1 with probability ``p`` (the input element), else 0; the output dtype is the
+    ``dtype`` attribute's, else the input's."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        dt = dtype_attr(self, FLOAT_TYPES | INT_TYPES | {np.dtype(np.bool_)})
+        self.dtype = None if dt is None else self.backend.dtype(dt)
+
+    def compute(self, p):
+        xp = self.xp
+        check_allocation(tuple(p.shape), np.float64, output_of(self.info))
+        with self._lock:
+            u = xp.asarray(self._rng.random(tuple(p.shape)))
+        hit = u < xp.astype(p, u.dtype)
+        return (xp.astype(hit, p.dtype if self.dtype is None else self.dtype),)

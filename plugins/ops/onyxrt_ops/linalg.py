@@ -10,8 +10,9 @@ multiplies in int32, its output type. Det takes ``xp.linalg.det``, from the stan
 Shape errors (ranks, inner dimensions, a C that does not broadcast) are ``ValueError``
 raised by ``compute``; attribute errors are :class:`~onyxrt.errors.InvalidGraph`.
 
-Known gap: Einsum is not here — the array API standard has no einsum — and stays a
-provider kernel (the CPU's, over ``numpy.einsum``).
+Einsum needs the backend's ``einsum`` extra (the standard has none): numpy's, with its
+contraction-order optimizer, on the host; ``cupy.einsum`` on the GPU. A backend without it
+(``array_api_strict``) does not offer the operator.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 
 from .activation import FloatAttrs
@@ -142,3 +144,24 @@ class Det(OpKernel):
         xp = self.xp
         # numpy's det of one matrix is a scalar: asarray makes it the 0-d array of the others.
         return (self.narrow(xp.asarray(xp.linalg.det(self.widen(x))), x),)
+
+
+@library.define("Einsum", (12, 28), needs=("einsum",))
+class Einsum(OpKernel):
+    """Einstein summation over the ``equation`` attribute (half-precision operands in
+    float32, rounded once at the end)."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        equation = info.attr("equation")
+        if not equation:
+            raise InvalidGraph(f"{self.where()}: attribute 'equation' is required")
+        self.equation = str(equation).replace(" ", "")
+        self._einsum = self.backend.extras["einsum"]
+
+    def compute(self, *inputs):
+        if not inputs:
+            raise ValueError("Einsum needs at least one input")
+        y = self._einsum(self.equation, *(self.widen(v) for v in inputs))
+        # numpy's full contraction is a scalar: asarray makes it a 0-d array.
+        return (self.narrow(self.xp.asarray(y), inputs[0]),)

@@ -38,10 +38,10 @@ def strict_erf(x: Any) -> Any:
     return xp.asarray(numpy_erf(np.from_dlpack(x)))
 
 
-def onnx_versions(op: str) -> set[int]:
-    """Every since_version the installed onnx defines for default-domain ``op``."""
+def onnx_versions(op: str, domain: str = "") -> set[int]:
+    """Every since_version the installed onnx defines for ``op`` in ``domain``."""
     return {s.since_version for s in onnx.defs.get_all_schemas_with_history()
-            if s.name == op and s.domain == ""}
+            if s.name == op and s.domain == domain}
 
 
 def unbound_versions(registry: KernelRegistry, ops: Any) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from library_harness import Bound, assert_matches, node, oracle, unbound_versions
+from library_harness import Bound, assert_matches, bind, node, oracle, unbound_versions
 from onnx import TensorProto
 
 from onyxrt.dtypes import np_dtype
@@ -178,11 +178,54 @@ def test_same_as_onnxruntime(bound: Bound, op, inputs, opset, attrs, want):
 
 
 def test_every_operator_has_a_case():
-    assert {p.values[0] for p in CASES} == ELEMENTWISE - {"Mod"}  # Mod: test_misc_ops.py
+    # Mod: test_misc_ops.py; BitCast: below and plugins/cpu/tests/test_kernels_misc.py.
+    assert {p.values[0] for p in CASES} == ELEMENTWISE - {"Mod", "BitCast"}
 
 
 def test_every_onnx_version_is_bound(numpy_bound: Bound):
     assert not unbound_versions(numpy_bound.registry, ELEMENTWISE)
+
+
+# ----------------------------------------------------------------- BitCast
+
+BITCASTS = [
+    pytest.param(np.float32([1.0, -2.5, np.inf]), TensorProto.INT32, id="float32-int32"),
+    pytest.param(np.int64([[1, -1], [2**62, 0]]), TensorProto.DOUBLE, id="int64-float64"),
+    pytest.param(np.bool_([True, False]), TensorProto.UINT8, id="bool-uint8"),
+    pytest.param(np.float16([0.5, -1.0]), TensorProto.INT16, id="float16-int16"),
+    pytest.param(np.uint32(7), TensorProto.INT32, id="scalar"),
+    pytest.param(np.float32([[1, 2], [3, 4]]).T, TensorProto.UINT32, id="transposed"),
+]
+
+
+@pytest.mark.parametrize(("x", "to"), BITCASTS)
+def test_bitcast_views_the_bytes_on_numpy_and_the_gpu_backend(numpy_bound: Bound, x, to):
+    """The same bytes as numpy's view, over numpy and over the GPU providers' backend
+    (CuPy's view, under the simulated CuPy)."""
+    from onyxrt_gpu.kernels._common import BACKEND
+    from onyxrt_gpu.testing.simulated_cupy import install
+
+    want = np.array(x, order="C").view(np_dtype(to))
+    got = numpy_bound.run("BitCast", [x], 26, to=to)
+    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+    with install():
+        import cupy
+
+        gpu = bind("cupy", BACKEND)
+        gpu.array = cupy.asarray  # type: ignore[method-assign]
+        gpu.host = lambda value: value.get()  # type: ignore[method-assign]
+        got = gpu.run("BitCast", [x], 26, to=to)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_bitcast_checks_widths_and_needs_the_bitcast_extra(numpy_bound: Bound, strict_bound: Bound):
+    with pytest.raises(ValueError, match="float32 is 32 bits wide but int64 is 64 bits wide"):
+        numpy_bound.run("BitCast", [np.float32([1.0])], 26, to=TensorProto.INT64)
+    with pytest.raises(InvalidGraph, match="BitCast node 'BitCast_node': attribute 'to' is required"):
+        numpy_bound.run("BitCast", [np.float32([1.0])], 26)
+    # A reinterpretation of bytes is not in the standard: refused at capability time.
+    kdef, reason = strict_bound.registry.lookup("", "BitCast", 26)
+    assert kdef is None and reason.endswith("BitCast: array_api_strict lacks bitcast"), reason
 
 
 # ----------------------------------------------------------------- half precision

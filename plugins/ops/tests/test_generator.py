@@ -29,7 +29,7 @@ from onyxrt_ops import library, numpy_backend
 
 BF16 = np_dtype(TensorProto.BFLOAT16)
 GENERATORS = {d.op_type for d in library.definitions if d.cls.__module__ == "onyxrt_ops.generator"}
-RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
 class CountingGenerator:
@@ -246,6 +246,39 @@ def test_multinomial(bound: Bound):
                        seed=5.0, dtype=TensorProto.INT64)
     assert again.dtype == np.int64
     np.testing.assert_array_equal(again, got)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bernoulli(bound: Bound, dtype):
+    """1 where the node's uniform draw is below p (the CPU provider's stream for a seed),
+    in the input's type or the ``dtype`` attribute's; 0 and 1 are certain."""
+    p = np.concatenate([np.zeros(50), np.ones(50), np.full(4000, 0.3)]).astype(dtype)
+    got = bound.run("Bernoulli", [p], 22, seed=4.0)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, (np.random.default_rng(4).random(p.shape) < p).astype(dtype))
+    assert got[:50].sum() == 0 and got[50:100].sum() == 50
+    assert abs(got[100:].mean() - 0.3) < 0.03
+    as_bool = bound.run("Bernoulli", [p], 15, seed=4.0, dtype=TensorProto.BOOL)
+    assert as_bool.dtype == np.bool_
+    np.testing.assert_array_equal(as_bool, got.astype(bool))
+
+
+def test_bernoulli_over_the_gpu_backend():
+    """Drawn on the host (CuPy's namespace has no random numbers): the CPU's numbers."""
+    from onyxrt_gpu.kernels._common import BACKEND
+    from onyxrt_gpu.testing.simulated_cupy import install
+
+    p = np.linspace(0, 1, 64).astype(np.float32)
+    want = bind("numpy", numpy_backend()).run("Bernoulli", [p], 22, seed=2.0, dtype=TensorProto.INT32)
+    with install():
+        import cupy
+
+        gpu = bind("cupy", BACKEND)
+        gpu.array = cupy.asarray  # type: ignore[method-assign]
+        gpu.host = lambda value: value.get()  # type: ignore[method-assign]
+        got = gpu.run("Bernoulli", [p], 22, seed=2.0, dtype=TensorProto.INT32)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
 
 
 def test_a_backends_random_extra_is_used():

@@ -1,5 +1,5 @@
-"""Tests of the library's linear algebra (onyxrt_ops.linalg): MatMul, Gemm, MatMulInteger
-and Det.
+"""Tests of the library's linear algebra (onyxrt_ops.linalg): MatMul, Gemm, MatMulInteger,
+Det and Einsum.
 
 Every operator runs over numpy and over array_api_strict and is compared with onnxruntime
 (or onnx's reference evaluator where onnxruntime has no kernel): shapes (1-D promotion,
@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from library_harness import Bound, assert_matches, oracle, typed_oracle, unbound_versions
+from library_harness import Bound, assert_matches, bind, oracle, typed_oracle, unbound_versions
 from onnx import TensorProto, helper
 
 from onyxrt.dtypes import np_dtype
+from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt_ops import library
 
@@ -103,16 +104,78 @@ def test_matmul_integer_per_row_and_per_column_zero_points(bound: Bound):
 
 def test_every_operator_has_a_case():
     defined = {d.op_type for d in library.definitions if d.cls.__module__ == "onyxrt_ops.linalg"}
-    assert {p.values[0] for p in CASES} | {"MatMulInteger"} == defined
+    assert {p.values[0] for p in CASES} | {"MatMulInteger", "Einsum"} == defined
 
 
 def test_every_onnx_version_is_bound(numpy_bound: Bound):
-    assert not unbound_versions(numpy_bound.registry, ("MatMul", "Gemm", "MatMulInteger", "Det"))
+    assert not unbound_versions(numpy_bound.registry, ("MatMul", "Gemm", "MatMulInteger", "Det", "Einsum"))
 
 
-def test_einsum_is_not_in_the_library():
-    """The standard has no einsum: it stays a provider kernel."""
-    assert "Einsum" not in library.op_types()
+# ------------------------------------------------------------------ Einsum
+
+EINSUM = [
+    pytest.param("ij,jk->ik", [randn(3, 4), randn(4, 5, seed=1)], id="matmul"),
+    pytest.param("bij,bjk->bik", [randn(2, 3, 4), randn(2, 4, 5, seed=1)], id="batched"),
+    pytest.param("...ij,...jk", [randn(2, 3, 4), randn(2, 4, 5, seed=1)], id="ellipsis-implicit"),
+    pytest.param("ij->ji", [randn(3, 4)], id="transpose"),
+    pytest.param("ii->i", [randn(4, 4)], id="diagonal"),
+    pytest.param("i,i", [randn(5), randn(5, seed=1)], id="inner-scalar"),
+    pytest.param("i j , j -> i", [randn(3, 4), randn(4, seed=1)], id="spaces"),
+    pytest.param("ij,jk,kl->il", [randn(2, 3), randn(3, 4, seed=1), randn(4, 2, seed=2)], id="three-operands"),
+    pytest.param("ij->i", [randint(3, 4)], id="int32-sum"),
+    pytest.param("ij,jk->ik", [f64(3, 4), f64(4, 2, seed=1)], id="float64"),
+    pytest.param("ij,jk->ik", [randn(3, 0), randn(0, 2, seed=1)], id="empty-contraction"),
+]
+
+
+@pytest.mark.parametrize(("equation", "inputs"), EINSUM)
+def test_einsum_same_as_onnxruntime(numpy_bound: Bound, equation, inputs):
+    got = numpy_bound.run("Einsum", inputs, 12, equation=equation)
+    assert_matches(got, oracle("Einsum", inputs, 12, equation=equation), _TOL)
+
+
+def test_einsum_half_types_multiply_in_float32(numpy_bound: Bound):
+    a, b = randn(3, 8, dtype=np.float16), randn(8, 2, seed=1, dtype=np.float16)
+    got = numpy_bound.run("Einsum", [a, b], 12, equation="ij,jk->ik")
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16))
+    got = numpy_bound.run("Einsum", [a.astype(BF16), b.astype(BF16)], 28, equation="ij,jk->ik")
+    assert got.dtype == BF16
+
+
+def test_einsum_is_not_offered_without_the_einsum_extra(strict_bound: Bound):
+    """The standard has no einsum: a backend without the extra refuses the node with that
+    reason (at capability time), never fails when it runs."""
+    kdef, reason = strict_bound.registry.lookup("", "Einsum", 12)
+    assert kdef is None and reason.endswith("Einsum: array_api_strict lacks einsum"), reason
+
+
+def test_einsum_errors(numpy_bound: Bound):
+    with pytest.raises(InvalidGraph, match="Einsum node 'Einsum_node': attribute 'equation' is required"):
+        numpy_bound.kernel(helper.make_node("Einsum", ["a"], ["y"], name="Einsum_node"), 12)
+    kernel = numpy_bound.kernel(helper.make_node("Einsum", [], ["y"], name="e", equation="->"), 12)
+    with pytest.raises(ValueError, match="at least one input"):
+        kernel.compute()
+    with pytest.raises(ValueError):  # operands that do not fit the equation
+        numpy_bound.run("Einsum", [randn(3, 4), randn(5, 2)], 12, equation="ij,jk->ik")
+
+
+def test_einsum_over_the_gpu_backend():
+    """The GPU providers bind Einsum over ``cupy.einsum``: under the simulated CuPy it
+    gives the numpy backend's results."""
+    from onyxrt_gpu.kernels._common import BACKEND
+    from onyxrt_gpu.testing.simulated_cupy import install
+
+    with install():
+        import cupy
+
+        gpu = bind("cupy", BACKEND)
+        gpu.array = cupy.asarray  # type: ignore[method-assign]
+        gpu.host = lambda value: value.get()  # type: ignore[method-assign]
+        for p in EINSUM:
+            equation, inputs = p.values
+            want = oracle("Einsum", inputs, 12, equation=equation)
+            assert_matches(gpu.run("Einsum", inputs, 12, equation=equation), want, _TOL)
 
 
 # ------------------------------------------------------------------ constant C

@@ -21,12 +21,10 @@ from . import (  # noqa: E402,F401
     detection,
     elementwise,
     fused,
-    generator,
     image,
     indexing,
     linalg,
     logical,
-    misc,
     ml,
     nchwc,
     normalization,
@@ -39,7 +37,6 @@ from . import (  # noqa: E402,F401
     shape,
     signal,
     text,
-    training,
 )
 from ._backend import BACKEND  # noqa: E402
 

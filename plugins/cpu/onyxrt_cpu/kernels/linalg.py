@@ -1,5 +1,5 @@
 """CPU kernels: fast paths of the library's products (:mod:`onyxrt_ops.linalg`, bound over
-numpy in ``kernels/__init__``) and Einsum, which the array API standard cannot express.
+numpy in ``kernels/__init__``).
 
 Overrides of library operators, each subclassing the library's kernel (timed per call,
 best of 9, OpenBLAS on one thread):
@@ -18,18 +18,15 @@ best of 9, OpenBLAS on one thread):
   numpy's int32 matmul has no BLAS: [128, 768] x [768, 768] in 3.0 ms against 85 ms.
 
 Det comes from the library (as fast as the former numpy kernel: 4.0 us for one 3x3
-matrix, 30 us for 64 8x8 ones).
-
-CPU-only: Einsum, through ``numpy.einsum`` with an optimized contraction order (the
-standard has no einsum).
+matrix, 30 us for 64 8x8 ones), and so does Einsum, over the numpy backend's ``einsum``
+extra (``numpy.einsum`` with an optimized contraction order, as the former kernel).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from onyxrt.errors import InvalidGraph
-from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.kernels import KernelInfo
 from onyxrt_ops import library
 
 from .. import native
@@ -37,7 +34,7 @@ from . import registry
 from ._backend import BACKEND
 from ._spatial import compute_dtype
 
-__all__ = ["Gemm", "MatMul", "MatMulInteger", "Einsum", "matmul", "contiguous_transpose"]
+__all__ = ["Gemm", "MatMul", "MatMulInteger", "matmul", "contiguous_transpose"]
 
 
 def contiguous_transpose(w: np.ndarray) -> np.ndarray:
@@ -144,24 +141,3 @@ class MatMulInteger(library.kernel("MatMulInteger", 10, BACKEND)):
         if b_zero_point is not None:
             bf -= _zero_point(b_zero_point, per_row=False)
         return (np.asarray(np.matmul(af, bf)).astype(np.int32),)
-
-
-@registry.register("Einsum", since=(12, 28))
-class Einsum(Kernel):
-    """Einstein summation (numpy.einsum, optimized contraction order)."""
-
-    def __init__(self, info: KernelInfo) -> None:
-        super().__init__(info)
-        eq = info.attr("equation")
-        if not eq:
-            raise InvalidGraph(f"node {info.node_name!r} ({info.op_type}): attribute equation is required")
-        self.equation = str(eq).replace(" ", "")
-
-    def compute(self, *inputs):
-        if not inputs:
-            raise ValueError("Einsum needs at least one input")
-        dtype = inputs[0].dtype
-        cdt = compute_dtype(dtype)
-        ops = [np.asarray(v).astype(cdt, copy=False) for v in inputs]
-        y = np.einsum(self.equation, *ops, optimize=True)
-        return (np.asarray(y).astype(dtype, copy=False),)

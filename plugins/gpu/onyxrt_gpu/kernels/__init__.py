@@ -35,4 +35,24 @@ from ._common import BACKEND  # noqa: E402
 # After the family modules: their kernels are the overrides ``bind`` leaves in place.
 library.bind(BACKEND, registry)
 
-__all__ = ["registry"]
+_CONTROL_FLOW = ("control flow runs on the CPU provider, which reads conditions and trip "
+                 "counts on the host; its bodies' nodes are placed on the GPU where they can run")
+_CONTAINERS = "sequences and optionals are host containers of tensors; GPU kernels take tensors"
+
+#: The CPU provider's operators the GPU providers leave to it, with the reason the placement
+#: report gives for their nodes (Shape and Size: the provider's shape policy).
+LEFT_TO_THE_CPU = {
+    **dict.fromkeys(("If", "Loop", "Scan", "SequenceMap"), _CONTROL_FLOW),
+    **dict.fromkeys(("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+                     "SequenceInsert", "SequenceLength", "SplitToSequence", "ConcatFromSequence",
+                     "Optional", "OptionalGetElement", "OptionalHasElement"), _CONTAINERS),
+    **dict.fromkeys(("StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch"),
+                    "CuPy holds no strings"),
+    "ImageDecoder": "decoding image files (Pillow) is a host algorithm on host bytes",
+    "TfIdfVectorizer": "n-gram matching walks each row's tokens on the host (onnxruntime's "
+                       "CUDA provider has no kernel either)",
+}
+for _op, _reason in LEFT_TO_THE_CPU.items():
+    registry.refuse(_op, _reason)
+
+__all__ = ["registry", "LEFT_TO_THE_CPU"]

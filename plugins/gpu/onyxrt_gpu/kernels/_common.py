@@ -207,6 +207,17 @@ def _erf(x: Any) -> Any:
     return importlib.import_module("cupyx.scipy.special").erf(x)
 
 
+def _einsum(equation: str, *operands: Any) -> Any:
+    """``cupy.einsum`` of the CuPy in use (the library's Einsum)."""
+    return cupy_module().einsum(equation, *operands)
+
+
+def _bitcast(x: Any, dtype: np.dtype[Any]) -> Any:
+    """``x``'s bytes viewed as ``dtype`` on the device (the library's BitCast; CuPy's
+    arrays are little-endian)."""
+    return x.view(dtype)
+
+
 @dataclass(frozen=True, eq=False)
 class CupyBackend(Backend):
     """The operator library's backend on the GPU: CuPy, whose ``xp`` is resolved when it is
@@ -220,8 +231,8 @@ class CupyBackend(Backend):
 
 
 #: What the library's operators compute with on the GPU (bound in ``kernels/__init__``):
-#: CuPy, the element types it holds, and cupyx's ``erf``.
-BACKEND = CupyBackend("cupy", TENSORS, {"erf": _erf})
+#: CuPy, the element types it holds, and cupyx's ``erf``, ``cupy.einsum`` and a byte view.
+BACKEND = CupyBackend("cupy", TENSORS, {"erf": _erf, "einsum": _einsum, "bitcast": _bitcast})
 
 
 def _registry() -> Any:

@@ -1654,7 +1654,7 @@ _NUMPY_FUNCTIONS = (
     "logical_not", "logical_and", "logical_or", "logical_xor", "isnan", "isinf", "isfinite",
     "where",
     # linear algebra
-    "matmul", "dot",
+    "matmul", "dot", "einsum",
     # reductions
     "sum", "prod", "mean", "var", "std", "max", "min", "amax", "amin", "argmax", "argmin",
     "all", "any", "cumsum", "count_nonzero",
