@@ -41,6 +41,7 @@ __all__ = [
     "SubgraphRunner",
     "parse_attribute",
     "schema_since_version",
+    "declare_signature",
 ]
 
 
@@ -305,6 +306,22 @@ def schema_since_version(domain: str, op_type: str, opset: int) -> int | None:
         return None
 
 
+#: Type-constraint names of the inputs and outputs of operators onnx has no schema for
+#: (com.microsoft, com.microsoft.nchwc...), keyed by (domain, op_type), as
+#: :func:`declare_signature` recorded them.
+_SIGNATURES: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def declare_signature(domain: str, op_type: str, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+    """Record the type-constraint name of each input and output of an operator onnx has no
+    schema for (``("T", "T", "M")``, ``("T",)``; a variadic last input repeats its name),
+    so kernels' type constraints are checked for its nodes as for onnx's operators — a
+    provider whose arrays cannot hold a node's dtype refuses it at capability time."""
+    domain = "" if domain == "ai.onnx" else domain
+    _SIGNATURES[(domain, op_type)] = (tuple(inputs), tuple(outputs))
+    _formal_type_params.cache_clear()
+
+
 @functools.lru_cache(maxsize=4096)
 def _formal_type_params(
     domain: str, op_type: str, since: int
@@ -312,7 +329,7 @@ def _formal_type_params(
     try:
         schema = onnx.defs.get_schema(op_type, max_inclusive_version=since, domain=domain)
     except onnx.defs.SchemaError:
-        return (), ()
+        return _SIGNATURES.get((domain, op_type), ((), ()))
     return (
         tuple(p.type_str for p in schema.inputs),
         tuple(p.type_str for p in schema.outputs),

@@ -54,12 +54,17 @@ from __future__ import annotations
 # The family modules register their operators in ``library`` when imported.
 from . import (  # noqa: F401
     activation,
+    contrib_misc,
+    contrib_nchwc,
+    contrib_quantization,
+    contrib_transformer,
     detection,
     elementwise,
     generator,
     indexing,
     linalg,
     logical,
+    ml,
     normalization,
     quantization,
     recurrent,

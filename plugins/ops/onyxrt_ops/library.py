@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx.defs
 
-from onyxrt.kernels import Kernel, KernelDef, KernelInfo, KernelRegistry
+from onyxrt.kernels import Kernel, KernelDef, KernelInfo, KernelRegistry, declare_signature
 
 from .backend import Backend, to_host
 
@@ -108,6 +108,9 @@ class OpDef:
     #: functions beyond the array API standard the computation calls (``Backend.extras``).
     needs: tuple[str, ...] = ()
     host_inputs: tuple[int, ...] = ()
+    #: for an operator onnx has no schema for: the type-constraint name of each input and
+    #: output (see :func:`onyxrt.kernels.declare_signature`).
+    signature: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
 class OpLibrary:
@@ -126,13 +129,25 @@ class OpLibrary:
         types: Mapping[str, Iterable[Any]] | None = None,
         needs: Iterable[str] = (),
         host_inputs: Iterable[int] = (),
+        signature: tuple[Iterable[str], Iterable[str]] | None = None,
     ) -> Callable[[type[OpKernel]], type[OpKernel]]:
-        """Class decorator: ``cls`` implements ``op_type`` at each version in ``since``."""
+        """Class decorator: ``cls`` implements ``op_type`` at each version in ``since``.
+
+        An operator onnx has no schema for (the com.microsoft domain) gives its
+        ``signature`` — the type-constraint name of each input and of each output — and
+        ``types`` for every constraint named there, so that its nodes' element types are
+        checked and narrowed to what a backend holds as onnx's operators' are."""
         versions = (since,) if isinstance(since, int) else tuple(since)
         norm = None if types is None else {k: frozenset(np.dtype(t) for t in v) for k, v in types.items()}
+        sig = None if signature is None else (tuple(signature[0]), tuple(signature[1]))
+        if sig is not None:
+            unlisted = sorted({*sig[0], *sig[1]} - set(norm or {}))
+            if unlisted:
+                raise ValueError(f"{domain}::{op_type}: give the types of constraints {unlisted}")
+            declare_signature(domain, op_type, *sig)
 
         def decorator(cls: type[OpKernel]) -> type[OpKernel]:
-            self._defs.append(OpDef(op_type, versions, cls, domain, norm, tuple(needs), tuple(host_inputs)))
+            self._defs.append(OpDef(op_type, versions, cls, domain, norm, tuple(needs), tuple(host_inputs), sig))
             return cls
 
         return decorator
@@ -211,8 +226,9 @@ def _narrowed(d: OpDef, version: int, backend: Backend) -> dict[str, frozenset[n
     constraint of the schema, listed or not), or None when one is left with nothing."""
     try:
         schema = onnx.defs.get_schema(d.op_type, max_inclusive_version=version, domain=d.domain)
-    except onnx.defs.SchemaError:
-        return dict(d.types or {})
+    except onnx.defs.SchemaError:  # a com.microsoft operator: its declared types
+        narrowed = {k: frozenset(v & backend.dtypes) for k, v in (d.types or {}).items()}
+        return None if any(not v for v in narrowed.values()) else narrowed
     from onyxrt.dtypes import np_dtype
 
     result: dict[str, frozenset[np.dtype[Any]]] = {}

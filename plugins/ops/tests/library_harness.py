@@ -151,3 +151,63 @@ def assert_matches(got: Any, expected: np.ndarray, tolerances: Any) -> None:
         np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
     else:
         np.testing.assert_array_equal(got, expected)
+
+
+# ------------------------------------------------------------- any domain, several outputs
+
+
+def domain_node(op: str, inputs: Sequence[Any], n_out: int = 1, *, domain: str = "com.microsoft",
+                **attrs: Any) -> onnx.NodeProto:
+    """A node of ``op`` in ``domain`` named ``"<op>_node"``, inputs ``in0..`` (``""`` where
+    the value is None: an absent optional input) and outputs ``out0..``."""
+    names = ["" if v is None else f"in{i}" for i, v in enumerate(inputs)]
+    while names and names[-1] == "":
+        names.pop()
+    return helper.make_node(op, names, [f"out{i}" for i in range(n_out)], name=f"{op}_node",
+                            domain=domain, **attrs)
+
+
+def run_node(bound: Bound, n: onnx.NodeProto, inputs: Sequence[Any], opset: int = 1,
+             host_inputs: Sequence[int] = ()) -> list[Any]:
+    """Every output of node ``n`` run through ``bound`` on numpy ``inputs`` (None: absent),
+    back on the host (a non-array output — a sequence, a map — as the kernel gave it).
+    Inputs at ``host_inputs`` stay numpy arrays, as a device provider's plan keeps them."""
+    kdef, reason = bound.registry.lookup(n.domain, n.op_type, opset)
+    assert kdef is not None, reason
+    kernel = kdef.factory(KernelInfo.from_node(n, opset, since_version=kdef.since_version))
+    args = [None if v is None else (np.asarray(v) if i in host_inputs or not isinstance(v, np.ndarray | np.generic)
+                                    else bound.array(v)) for i, v in enumerate(inputs)]
+    while args and args[-1] is None:
+        args.pop()
+    outs = kernel.compute(*args)
+    assert isinstance(outs, tuple)
+    return [bound.host(o) if hasattr(o, "__dlpack__") or isinstance(o, np.ndarray) else o for o in outs]
+
+
+def ort_outputs(n: onnx.NodeProto, inputs: Sequence[Any], opset: int = 1, *, onnx_opset: int = 21,
+                input_types: Sequence[onnx.TypeProto | None] | None = None) -> list[Any]:
+    """Every output of node ``n`` by onnxruntime's CPU provider alone (no fallback: its
+    com.microsoft and ai.onnx.ml kernels are the reference), on numpy ``inputs``
+    (None: absent). ``n``'s domain is imported at ``opset``, the default domain at
+    ``onnx_opset``. ``input_types`` gives inputs that are not tensors (maps, sequences)."""
+    import onnxruntime as ort
+
+    feeds = {name: v for name, v in zip(n.input, inputs) if name}
+    infos = []
+    for i, (name, v) in enumerate(zip(n.input, inputs)):
+        if not name:
+            continue
+        given = input_types[i] if input_types is not None and i < len(input_types) else None
+        if given is not None:
+            infos.append(helper.make_value_info(name, given))
+        else:
+            arr = np.asarray(v)
+            feeds[name] = arr
+            infos.append(helper.make_tensor_value_info(name, onnx_elem_type(arr.dtype), list(arr.shape)))
+    graph = helper.make_graph([n], "oracle", infos, [helper.make_empty_tensor_value_info(o) for o in n.output if o])
+    imports = [helper.make_opsetid("", onnx_opset)]
+    if n.domain not in ("", "ai.onnx"):
+        imports.append(helper.make_opsetid(n.domain, opset))
+    model = helper.make_model(graph, opset_imports=imports, ir_version=10)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)

@@ -16,6 +16,10 @@ registry = KernelRegistry("CPUExecutionProvider")
 # Family modules register themselves on import; the order does not matter.
 from . import (  # noqa: E402,F401
     activation,
+    contrib_misc,
+    contrib_nchwc,
+    contrib_quantization,
+    contrib_transformer,
     controlflow,
     conv,
     detection,
