@@ -66,6 +66,26 @@ def test_constant_folding_folds_constant_subgraphs_and_static_shapes(tmp_path):
     _assert_equivalent(model, {"x": _randn(2, 3)})
 
 
+def test_constant_folding_and_shape_inference_alternate_to_a_fixpoint(tmp_path):
+    """A shape computed by an operator onnx's data propagation does not follow (ReduceProd)
+    folds in the first round; inference then knows the Reshape's output shape, and the
+    Shape → Concat → Reshape reading it folds in the next."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ReduceProd", ["s"], ["p"], keepdims=1),
+        helper.make_node("Reshape", ["x", "p"], ["flat"]),
+        helper.make_node("Shape", ["flat"], ["s2"]),
+        helper.make_node("Concat", ["s2", "one"], ["s3"], axis=0),
+        helper.make_node("Reshape", ["flat", "s3"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", [2, 3, 4])], [tensor("y", None)], {"one": np.ones(1, np.int64)},
+                       opset=18)
+    assert _optimized_ops(model, tmp_path) == ["Reshape", "Reshape"]
+    sess = _session(model)
+    assert sess.get_outputs()[0].shape == [24, 1]
+    _assert_equivalent(model, {"x": _randn(2, 3, 4)})
+
+
 def test_constant_folding_leaves_big_outputs_and_random_ops_alone(tmp_path):
     nodes = [
         helper.make_node("ConstantOfShape", ["shape"], ["big"], name="big"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import functools
 import math
 import os
 import threading
@@ -334,13 +335,12 @@ class InferenceSession:
         except InvalidModel as exc:
             raise type(exc)(f"{self._loaded.origin}: {exc}") from None
         opsets = opset_versions(proto)
+        infer = functools.partial(_infer_shapes, logger=self._logger)
         ctx = PassContext(
-            can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants
+            can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants,
+            infer_shapes=infer,
         )
-        proto = optimize(
-            proto, self._sess_options.graph_optimization_level, lambda m: _infer_shapes(m, self._logger), ctx,
-            self._disabled_passes,
-        )
+        proto = optimize(proto, self._sess_options.graph_optimization_level, infer, ctx, self._disabled_passes)
         if self._sess_options.optimized_model_filepath:
             save_optimized_model(proto, ctx.arrays, self._sess_options)
         try:

@@ -25,7 +25,7 @@ from ..graph import node_subgraphs
 from .rewrite import DEFAULT_DOMAINS, Rewrite
 from .support import Evaluate, PassContext
 
-__all__ = ["fold_constants", "MAX_FOLDED_BYTES"]
+__all__ = ["fold_constants", "MAX_FOLDED_BYTES", "MAX_ROUNDS"]
 
 MAX_FOLDED_BYTES = 16 << 20
 
@@ -56,9 +56,28 @@ def _fits(rw: Rewrite, name: str) -> bool:
     return math.prod(shape) * dtype.itemsize <= MAX_FOLDED_BYTES
 
 
+#: Rounds of folding and re-inference at most (real exports settle in two or three).
+MAX_ROUNDS = 8
+
+
 def fold_constants(model: onnx.ModelProto, ctx: PassContext | None = None) -> onnx.ModelProto:
     """Replace constant-input nodes (and Shape/Size of static shapes) by initializers;
-    the nodes are computed by ``ctx.evaluate`` (without one, only Shape/Size fold)."""
+    the nodes are computed by ``ctx.evaluate`` (without one, only Shape/Size fold).
+
+    With ``ctx.infer_shapes``, folding and shape inference alternate to a fixpoint: a
+    folded shape computation makes a Reshape's shape a constant, inference then knows the
+    Reshape's output shape, and the Shape nodes reading that output fold in the next round."""
+    for _ in range(MAX_ROUNDS):
+        before = len(model.graph.node)
+        model = _fold_round(model, ctx)
+        if len(model.graph.node) == before or ctx is None or ctx.infer_shapes is None:
+            break
+        model = ctx.infer_shapes(model)
+    return model
+
+
+def _fold_round(model: onnx.ModelProto, ctx: PassContext | None) -> onnx.ModelProto:
+    """One round of :func:`fold_constants`."""
     evaluate = ctx.evaluate if ctx is not None else None
     rw = Rewrite(model)
     known: set[str] = set(rw.constants)

@@ -54,3 +54,6 @@ class PassContext:
     can_run: Callable[[str, str], bool] = _everyone
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     evaluate: Evaluate | None = None
+    #: The session's shape inference (``model → model`` with value_info filled in): constant
+    #: folding runs it again after each round that folded something, to a fixpoint.
+    infer_shapes: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None
