@@ -86,6 +86,49 @@ def test_constant_folding_and_shape_inference_alternate_to_a_fixpoint(tmp_path):
     _assert_equivalent(model, {"x": _randn(2, 3, 4)})
 
 
+def _pad_model(target: str, *, mode: str = "constant", value: float | None = 0.0,
+               padding=(0, 0, 1, 2, 0, 0, 2, 1), opset: int = 17, **attrs) -> onnx.ModelProto:
+    """x [1, 3, 8, 8] → Pad(``padding``) → Conv (3x3, 4 filters) or a 3x3 pool (``attrs``)."""
+    inits = {"pads": np.asarray(padding, np.int64)}
+    pad_inputs = ["x", "pads"]
+    if value is not None:
+        inits["value"] = np.float32(value)
+        pad_inputs.append("value")
+    nodes = [helper.make_node("Pad", pad_inputs, ["p"], mode=mode)]
+    if target == "Conv":
+        inits["w"] = _randn(4, 3, 3, 3, seed=1)
+        nodes.append(helper.make_node("Conv", ["p", "w"], ["y"], kernel_shape=[3, 3], **attrs))
+    else:
+        nodes.append(helper.make_node(target, ["p"], ["y"], kernel_shape=[3, 3], **attrs))
+    return make_model(nodes, [tensor("x", [1, 3, 8, 8])], [tensor("y", None)], inits, opset=opset)
+
+
+@pytest.mark.parametrize(("target", "attrs"), [
+    ("Conv", {}), ("Conv", {"pads": [1, 0, 0, 1], "strides": [2, 2]}), ("Conv", {"auto_pad": "VALID"}),
+    ("AveragePool", {"count_include_pad": 1}),
+], ids=["conv", "conv-own-pads", "conv-valid", "avgpool-counting-pads"])
+def test_zero_pad_folds_into_the_conv_or_pool_it_feeds(tmp_path, target, attrs):
+    model = _pad_model(target, **attrs)
+    assert _optimized_ops(model, tmp_path, LEVEL.ORT_ENABLE_BASIC) == [target]
+    _assert_equivalent(model, {"x": _randn(1, 3, 8, 8)})
+
+
+@pytest.mark.parametrize(("target", "kwargs"), [
+    ("MaxPool", {}),  # its own padding is -inf, not 0
+    ("AveragePool", {}),  # count_include_pad 0: the Pad's zeros would be averaged in
+    ("Conv", {"value": 1.0}),
+    ("Conv", {"mode": "reflect", "value": None}),
+    ("Conv", {"padding": (1, 0, 0, 0, 0, 0, 0, 0)}),  # pads the batch axis
+    ("Conv", {"padding": (0, 0, -1, 0, 0, 0, 0, 0)}),  # crops
+    ("Conv", {"auto_pad": "SAME_UPPER"}),
+], ids=["maxpool", "avgpool-not-counting", "nonzero-value", "reflect", "batch-pad", "crop", "same-upper"])
+def test_pads_that_would_change_the_result_stay(tmp_path, target, kwargs):
+    attrs = {k: v for k, v in kwargs.items() if k == "auto_pad"}
+    model = _pad_model(target, **{k: v for k, v in kwargs.items() if k != "auto_pad"}, **attrs)
+    assert _optimized_ops(model, tmp_path, LEVEL.ORT_ENABLE_BASIC) == ["Pad", target]
+    _assert_equivalent(model, {"x": _randn(1, 3, 8, 8)})
+
+
 def test_constant_folding_leaves_big_outputs_and_random_ops_alone(tmp_path):
     nodes = [
         helper.make_node("ConstantOfShape", ["shape"], ["big"], name="big"),

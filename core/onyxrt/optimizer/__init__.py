@@ -5,9 +5,10 @@ Levels follow onnxruntime's:
 ========================  ==================================================================
 ``ORT_DISABLE_ALL``       nothing (shape inference still runs)
 ``ORT_ENABLE_BASIC``      Constant nodes → initializers, Identity/Dropout removal, constant
-                          folding (incl. Shape of static shapes), Cast folding, Conv +
-                          BatchNormalization folding, dead-node elimination — standard ONNX
-                          in, standard ONNX out
+                          folding (incl. Shape of static shapes) alternating with shape
+                          inference to a fixpoint, Cast folding, zero Pad → Conv/AveragePool
+                          pads, Conv + BatchNormalization folding, dead-node elimination —
+                          standard ONNX in, standard ONNX out
 ``ORT_ENABLE_EXTENDED``   fusions: Conv [+ residual Add] + activation → FusedConv;
                           [Transpose →] MatMul [→ scale] [→ bias] → Gemm / FusedMatMul;
                           layer normalization and GELU patterns → LayerNormalization, Gelu
@@ -38,6 +39,7 @@ from .constant_folding import fold_constants
 from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation
 from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
+from .pad_fusion import fuse_pad
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 from .transformer_fusions import fuse_gelu, fuse_layer_norm
 
@@ -74,6 +76,7 @@ STRUCTURAL_PASSES: tuple[Pass, ...] = (
 PASSES: tuple[Pass, ...] = (
     Pass("fold_constants", BASIC, fold_constants),
     Pass("fold_casts", BASIC, _plain(fold_casts)),
+    Pass("fuse_pad", BASIC, fuse_pad),
     Pass("fold_batch_norm_into_conv", BASIC, fold_batch_norm_into_conv),
     Pass("fuse_layer_norm", EXTENDED, fuse_layer_norm),
     Pass("fuse_gelu", EXTENDED, fuse_gelu),
@@ -93,6 +96,7 @@ ONNXRUNTIME_OPTIMIZER_NAMES: dict[str, tuple[str, ...]] = {
     "EliminateDropout": ("eliminate_identities",),
     "CastElimination": ("fold_casts",),
     "ConvBNFusion": ("fold_batch_norm_into_conv",),
+    "PadFusion": ("fuse_pad",),
     "LayerNormFusion": ("fuse_layer_norm",),
     "SimplifiedLayerNormFusion": ("fuse_layer_norm",),
     "GeluFusion": ("fuse_gelu",),
