@@ -42,6 +42,7 @@ __all__ = [
     "parse_attribute",
     "schema_since_version",
     "declare_signature",
+    "has_signature",
 ]
 
 
@@ -320,6 +321,12 @@ def declare_signature(domain: str, op_type: str, inputs: Sequence[str], outputs:
     domain = "" if domain == "ai.onnx" else domain
     _SIGNATURES[(domain, op_type)] = (tuple(inputs), tuple(outputs))
     _formal_type_params.cache_clear()
+
+
+def has_signature(domain: str, op_type: str) -> bool:
+    """Whether :func:`declare_signature` declared ``op_type`` (an operator onnx has no
+    schema for, which an installed operator library defines)."""
+    return ("" if domain == "ai.onnx" else domain, op_type) in _SIGNATURES
 
 
 @functools.lru_cache(maxsize=4096)

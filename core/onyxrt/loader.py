@@ -29,6 +29,7 @@ from .errors import (
     ModelNotParsed,
     UnknownOperator,
 )
+from .kernels import has_signature
 
 __all__ = ["LoadedModel", "load_model", "read_model_file", "opset_versions"]
 
@@ -378,7 +379,9 @@ def _schema_facts(op_type: str, opset: int) -> _SchemaFacts | None:
 
 @functools.lru_cache(maxsize=4096)
 def _known_operator(op_type: str, domain: str) -> bool:
-    return bool(onnx.defs.has(op_type, domain))
+    """onnx defines it, or an installed operator library declared it (onnxruntime's
+    default-domain SimplifiedLayerNormalization, the old experimental operators)."""
+    return bool(onnx.defs.has(op_type, domain)) or has_signature(domain, op_type)
 
 
 def _check_arity(node: onnx.NodeProto, origin: str, opset: int) -> None:

@@ -68,6 +68,10 @@ OPS = [
     "Det", "MatMulInteger", "Einsum",
     # BitCast, from the operator library over CuPy's byte view
     "BitCast",
+    # default-domain operators onnx has no schema for (onnxruntime's SimplifiedLayerNormalization
+    # and old experimental operators), and MaxRoiPool, from the operator library
+    "SimplifiedLayerNormalization", "Affine", "Crop", "DynamicSlice", "ImageScaler", "MaxRoiPool",
+    "ParametricSoftplus", "Scale", "ScaledTanh",
     # normalization, from the operator library (onyxrt_ops) bound over CuPy
     "GroupNormalization", "LRN", "LpNormalization", "MeanVarianceNormalization",
     # quantization, from the operator library (onyxrt_ops) bound over CuPy
@@ -951,6 +955,15 @@ SPATIAL = [
 
 #: Mod, TopK, CumProd, TensorScatter and QLinearConv, gained from the operator library.
 MISC_GAINED = [
+    case("SimplifiedLayerNormalization", [randn(2, 8), positive(8)], axis=-1, epsilon=1e-5),
+    case("Affine", [randn(2, 3)], 9, alpha=2.0, beta=0.5),
+    case("Crop", [randn(1, 2, 6, 6)], 9, border=[1, 1, 2, 1]),
+    case("DynamicSlice", [randn(4, 5), i64([1, 0]), i64([3, 4]), i64([0, 1])], 9),
+    case("ImageScaler", [randn(1, 3, 4, 4)], 9, scale=2.0, bias=[1.0, 2.0, 3.0]),
+    case("MaxRoiPool", [randn(1, 2, 8, 8), np.array([[0, 0, 0, 4, 4]], np.float32)], 9, pooled_shape=[2, 2]),
+    case("ParametricSoftplus", [randn(2, 3)], 9, alpha=1.5, beta=0.5),
+    case("Scale", [randn(2, 3)], 9, scale=3.0),
+    case("ScaledTanh", [randn(2, 3)], 9, alpha=1.5, beta=0.5),
     case("Mod", [randint(4, 5, lo=-20, hi=20), randint(4, 5, lo=-6, hi=7, seed=1)], 13,
          id="Mod-int"),
     case("Mod", [randint(4, 5, lo=-20, hi=20, dtype=np.int64),
