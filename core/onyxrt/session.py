@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from . import model_config
+from . import model_config, symbolic_shapes
 from .devices import EpDevice
 from .discovery import CPU_PROVIDER, KNOWN_PROVIDER_NAMES, PLUGINS_ENV_VAR, catalog
 from .dtypes import np_dtype, type_proto_string, type_string
@@ -1119,6 +1119,10 @@ def _all_can_run(
     return True
 
 
+#: Rounds of symbolic propagation and re-inference at most (exports settle in two or three).
+_SYMBOLIC_ROUNDS = 8
+
+
 def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     """Run onnx's shape inference and record its findings in ``proto`` (in place).
 
@@ -1131,6 +1135,12 @@ def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     _skeleton_into(skeleton, proto)
     try:
         inferred = infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+        # Symbolic dimensions through computed shapes (seq*12 where onnx says unk__3), each
+        # round carried on by onnx's inference, until nothing new is found.
+        for _ in range(_SYMBOLIC_ROUNDS):
+            if not symbolic_shapes.propagate(inferred):
+                break
+            inferred = infer_shapes(inferred, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:  # shape inference is an aid; the model may still run
         logger.info("shape inference failed (%s); continuing without it", exc)
         return proto
