@@ -44,9 +44,13 @@ EXCLUSIVE_DEPENDENCIES = {"rocm"}
 # API table to the installed wheel's public names, so a newer wheel is a deliberate bump
 # (update the table, then the pin), not a CI failure on the day it is published.
 # array-api-strict: the operator library's tests run every operator over the strict
-# array API implementation (plugins/ops/tests).
+# array API implementation (plugins/ops/tests). skl2onnx and scikit-learn: models nobody here
+# wrote — scikit-learn estimators converted as users convert them (tests/test_sklearn_models.py).
+# sympy and onnx-ir: what onnxruntime's transformer optimizer and MatMulNBits quantizer import
+# (tests/test_ort_tool_models.py runs those tools; onnxruntime's wheel does not bring them).
 TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime==1.32.0", "onnx==1.23.2", "pillow>=10",
-                     "array-api-strict>=2.3"]
+                     "array-api-strict>=2.3", "skl2onnx==1.20.0", "scikit-learn==1.9.1", "sympy>=1.12",
+                     "onnx-ir>=0.1"]
 # The documentation site: MkDocs + Material, API reference from docstrings (mkdocstrings;
 # ruff formats the signatures it shows).
 DOCS_REQUIREMENTS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29", "ruff"]

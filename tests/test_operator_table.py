@@ -40,3 +40,32 @@ def test_section_lists_versions_and_types():
     section = provider_section(name, registry)
     assert "| Conv | ai.onnx | 1, 11, 22 |" in section
     assert "| LabelEncoder | ai.onnx.ml |" in section
+
+
+def test_every_onnxruntime_cpu_operator_beyond_onnx_is_run_or_has_a_reason():
+    """docs/operators.md's last section: each operator onnxruntime's CPU provider registers in
+    com.microsoft, com.microsoft.nchwc and ai.onnx.ml (and the old experimental default-domain
+    ones) has a kernel in some installed onyxrt provider, or a reason in NOT_YET — and no
+    reason is left for an operator that has a kernel now."""
+    from onyxrt.testing.operator_table import NOT_YET, ort_cpu_kernels
+
+    have = {(d.domain, d.op_type) for _, registry in registry_providers() for d in registry.definitions()}
+    listed = [tuple(key.split("::")) for key in ort_cpu_kernels()["kernels"]]
+    assert len(listed) >= 100
+    unexplained = [f"{d}::{op}" for d, op in listed if (d, op) not in have and (d, op) not in NOT_YET]
+    assert not unexplained, f"no kernel and no reason in NOT_YET: {unexplained}"
+    stale = [f"{d}::{op}" for d, op in NOT_YET if (d, op) in have]
+    assert not stale, f"NOT_YET lists operators that have a kernel now: {stale}"
+    assert set(NOT_YET) <= set(listed)
+
+
+def test_the_onnxruntime_snapshot_is_the_pinned_wheels():
+    """ort_cpu_kernels.json is what the installed (pinned) onnxruntime registers; refresh it
+    with --snapshot-onnxruntime when the pin moves."""
+    import onnxruntime
+
+    from onyxrt.testing.operator_table import ort_cpu_kernels, snapshot_onnxruntime
+
+    snapshot = ort_cpu_kernels()
+    assert snapshot["onnxruntime"] == onnxruntime.__version__
+    assert snapshot == snapshot_onnxruntime()

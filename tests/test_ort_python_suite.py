@@ -1393,9 +1393,6 @@ def _tree_classifier(modes, values, true_ids, false_ids, class_nodeids, class_we
                   opset=15, name="test", extra_opsets=[("ai.onnx.ml", 3)])
 
 
-@pytest.mark.xfail(strict=True, reason="onyxrt: no kernel for ai.onnx.ml TreeEnsembleClassifier yet (the whole "
-                                       "ai.onnx.ml domain is the next issue's scope); session creation raises "
-                                       "NotImplementedOp")
 def test_tree_ensemble_logistic():
     feed = {"X": np.array([[0.1, 0.0, 0.0]], dtype=np.float32)}
     cases = {
@@ -1572,9 +1569,6 @@ def test_run_sparse_output_only():
         assert np.array_equal(sparse_output.as_coo_view().indices(), np.array([2, 3, 5], np.int64)), label
 
 
-@pytest.mark.xfail(strict=True, reason="onyxrt: no com.microsoft operators yet (SparseToDenseMatMul among them: "
-                                       "the com.microsoft domain is a later issue's scope); session creation raises "
-                                       "NotImplementedOp")
 def test_run_contrib_sparse_mat_mul():
     # testdata/sparse_to_dense_matmul.onnx: com.microsoft SparseToDenseMatMul(sparse_A, dense_B).
     # In the test, A holds 1..53 at the nonzeros of a 9x9 block pattern (COO, 2-D indices) and

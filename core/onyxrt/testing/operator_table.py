@@ -2,15 +2,25 @@
 
     python -m onyxrt.testing.operator_table            # print the table
     python -m onyxrt.testing.operator_table --write    # rewrite docs/operators.md
+    python -m onyxrt.testing.operator_table --snapshot-onnxruntime  # refresh ort_cpu_kernels.json
 
 One section per registry-style provider: every operator, the ONNX versions (since_version)
 it has a kernel for, and the element types each type constraint accepts — the kernel's own
 restriction where it declares one, otherwise the types the ONNX schema allows. A test
 regenerates the sections of the providers installed and compares them with the file.
+
+A last section holds every operator onnxruntime's CPU provider registers outside onnx's
+schemas — the com.microsoft, com.microsoft.nchwc and ai.onnx.ml domains, and the old
+experimental default-domain operators — with onyxrt's providers and types for it, or the
+reason onyxrt has none (:data:`NOT_YET`). onnxruntime's list comes from
+``ort_cpu_kernels.json`` beside this module, a snapshot of the pinned onnxruntime's kernel
+registry (``--snapshot-onnxruntime`` rewrites it from the installed wheel: onnxruntime is a
+test oracle, never imported otherwise).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +31,46 @@ import onnx.defs
 from ..dtypes import type_string
 from ..kernels import KernelDef, KernelRegistry
 
-__all__ = ["provider_section", "registry_providers", "render", "main"]
+__all__ = ["provider_section", "registry_providers", "render", "main", "ort_cpu_kernels", "ort_section",
+           "snapshot_onnxruntime", "NOT_YET", "ORT_SNAPSHOT"]
+
+#: onnxruntime's CPU kernels outside onnx's schemas (see the module docstring).
+ORT_SNAPSHOT = Path(__file__).with_name("ort_cpu_kernels.json")
+
+#: The domains whose every onnxruntime CPU operator the last section lists.
+ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml")
+
+#: onnxruntime CPU operators onyxrt has no kernel for yet, with the reason: (domain, op) → why.
+#: A test fails when an operator has neither a kernel nor an entry here, and when an entry
+#: names an operator that now has a kernel.
+_MS = "com.microsoft"
+_GENERATION = ("a generation loop (decoder subgraphs run step by step with beam/greedy/sampling search "
+               "and past-state management): not written yet")
+_NEW_1_32 = "added in onnxruntime 1.32's CPU provider for new LLM architectures: not written yet"
+NOT_YET: dict[tuple[str, str], str] = {
+    **{(_MS, op): _GENERATION for op in ("BeamSearch", "GreedySearch", "Sampling", "WhisperBeamSearch")},
+    **{(_MS, op): _NEW_1_32 for op in ("EngramGate", "GatedAdd", "GatedDeltaNet", "HyperConnectionPostMix",
+                                       "HyperConnectionPreMix", "LinearAttention", "LinearAttentionGate",
+                                       "VarlenNGramHashMapping")},
+    (_MS, "AttnLSTM"): "an LSTM with an attention wrapper (a recurrent family of its own): not written yet",
+    (_MS, "CausalConvWithState"): "the com.microsoft form of ai.onnx CausalConvWithState: not registered yet",
+    (_MS, "VarlenCausalConvWithState"): "packed variable-length CausalConvWithState: not written yet",
+    (_MS, "DynamicQuantizeLSTM"): "re-quantizes X and H to uint8 at every step (its own step loop around "
+                                  "the library's LSTM): not written yet",
+    (_MS, "GatherPacked"): "its packed weight layouts (onnxruntime's PackedWeightFormats) are not "
+                           "established here: not written yet",
+    (_MS, "MatMulBnb4"): "bitsandbytes FP4/NF4 weight-only MatMul: not written yet",
+    (_MS, "MatMulFpQ4"): "MLAS-blocked 4-bit weight-only MatMul (a deprecated predecessor of MatMulNBits): "
+                         "not written yet",
+    (_MS, "MoE"): "mixture of experts: not written yet",
+    (_MS, "MoEGroupRouter"): "mixture-of-experts group routing: not written yet",
+    (_MS, "QMoE"): "quantized mixture of experts: not written yet",
+    (_MS, "QAttention"): "quantized Attention (int8 input and weights): not written yet",
+    (_MS, "QEmbedLayerNormalization"): "quantized EmbedLayerNormalization: not written yet",
+    (_MS, "SparseAttention"): "onnxruntime's CPU kernel (the oracle) runs only with past and present "
+                              "bound to one buffer, and there its outputs did not match a block-masked "
+                              "GroupQueryAttention: its semantics are not established",
+}
 
 HEADER = """# Operators
 
@@ -106,12 +155,75 @@ def render(providers: Sequence[tuple[str, KernelRegistry]]) -> str:
         groups.setdefault(id(registry), ([], registry))[0].append(name)
     return HEADER + "".join(
         "\n" + provider_section(", ".join(names), registry) for names, registry in groups.values()
-    )
+    ) + "\n" + ort_section(providers)
+
+
+def ort_cpu_kernels() -> dict[str, Any]:
+    """The snapshot: ``{"onnxruntime": version, "kernels": {"domain::op": {"versions":
+    [[first, last]...], "types": {constraint: [type...]}}}}``."""
+    return json.loads(ORT_SNAPSHOT.read_text())
+
+
+def snapshot_onnxruntime() -> dict[str, Any]:
+    """onnxruntime's CPU kernels outside onnx's schemas, from the installed wheel."""
+    import onnxruntime
+    from onnxruntime.capi import _pybind_state
+
+    kernels: dict[str, Any] = {}
+    for k in _pybind_state.get_all_opkernel_def():
+        if k.provider != "CPUExecutionProvider":
+            continue
+        if k.domain not in ORT_DOMAINS:
+            try:  # a default-domain operator onnx still defines: the provider sections list it
+                onnx.defs.get_schema(k.op_name, domain=k.domain)
+                continue
+            except onnx.defs.SchemaError:
+                if k.op_name.startswith("Memcpy"):  # onnxruntime's own copy nodes
+                    continue
+        entry = kernels.setdefault(f"{k.domain}::{k.op_name}", {"versions": [], "types": {}})
+        last = min(k.version_range[1], 10**6)
+        if [k.version_range[0], last] not in entry["versions"]:
+            entry["versions"].append([k.version_range[0], last])
+        for name, allowed in k.type_constraints.items():
+            merged = set(entry["types"].get(name, [])) | {t.replace("tensor(", "").rstrip(")") for t in allowed}
+            entry["types"][name] = sorted(merged)
+    for entry in kernels.values():
+        entry["versions"].sort()
+    return {"onnxruntime": onnxruntime.__version__, "kernels": dict(sorted(kernels.items()))}
+
+
+def ort_section(providers: Sequence[tuple[str, KernelRegistry]]) -> str:
+    """The markdown section of onnxruntime's CPU operators outside onnx's schemas."""
+    snapshot = ort_cpu_kernels()
+    groups: dict[int, tuple[list[str], KernelRegistry]] = {}
+    for name, registry in providers:
+        groups.setdefault(id(registry), ([], registry))[0].append(name.replace("ExecutionProvider", ""))
+    # Per provider group: (domain, op) → its newest kernel (definitions() sorts by version).
+    registries = [(", ".join(names), {(d.domain, d.op_type): d for d in registry.definitions()})
+                  for names, registry in groups.values()]
+    lines = ["## onnxruntime's CPU operators beyond onnx's schemas", "",
+             f"Every operator onnxruntime {snapshot['onnxruntime']}'s CPU provider registers in the "
+             f"{', '.join(ORT_DOMAINS)} domains, and the old experimental default-domain operators "
+             "it still runs, with onyxrt's providers and their types (or why onyxrt has none).", "",
+             "| operator | domain | onnxruntime CPU types | onyxrt |", "|---|---|---|---|"]
+    for key, entry in snapshot["kernels"].items():
+        domain, op = key.split("::")
+        ort_types = "; ".join(f"{n}: {', '.join(t)}" for n, t in sorted(entry["types"].items()))
+        ours = [f"{names} ({_constraints(newest[(domain, op)])})" for names, newest in registries
+                if (domain, op) in newest]
+        cell = "; ".join(ours) or f"missing: {NOT_YET.get((domain, op), 'no reason given')}"
+        lines.append(f"| {op} | {domain or 'ai.onnx'} | {ort_types} | {cell} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the table, or with ``--write`` rewrite docs/operators.md."""
+    """Print the table, or with ``--write`` rewrite docs/operators.md (``--snapshot-onnxruntime``:
+    rewrite ort_cpu_kernels.json from the installed onnxruntime first)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--snapshot-onnxruntime" in args:
+        ORT_SNAPSHOT.write_text(json.dumps(snapshot_onnxruntime(), indent=1) + "\n")
+        print(f"wrote {ORT_SNAPSHOT}")
+        args.remove("--snapshot-onnxruntime")
     text = render(registry_providers())
     if "--write" in args:
         target = Path(args[args.index("--write") + 1]) if len(args) > args.index("--write") + 1 \

@@ -42,11 +42,22 @@ Importing the package imports every family module, which fills :data:`library`:
 * :mod:`onyxrt_ops.detection` — GridSample, RoiAlign, NonMaxSuppression, Col2Im, MaxUnpool,
   DeformConv;
 * :mod:`onyxrt_ops.training` — the ai.onnx.preview.training optimizers Adam, Adagrad,
-  Momentum.
+  Momentum;
+* :mod:`onyxrt_ops.ml` — the whole ai.onnx.ml domain (linear models, SVMs, tree
+  ensembles, ZipMap, encoders, scalers), with its map and sequence-of-map values;
+* :mod:`onyxrt_ops.contrib_transformer` — com.microsoft attention, layer norms, the Gelu
+  family, rotary embeddings (what onnxruntime's transformer optimizer emits);
+* :mod:`onyxrt_ops.contrib_quantization` — com.microsoft quantized operators (QLinear*,
+  QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul, MatMulNBits, GatherBlockQuantized);
+* :mod:`onyxrt_ops.contrib_misc` — the fused operators onnxruntime's graph optimizer
+  writes (FusedConv, FusedGemm, FusedMatMul...), the other com.microsoft operators and
+  the old experimental default-domain ones;
+* :mod:`onyxrt_ops.contrib_nchwc` — com.microsoft.nchwc, onnxruntime's blocked layout.
 
 Not in the library (provider kernels, with the reason in their module): operators the
-array API standard cannot express (strings, float8/sub-byte quantization and casts),
-control flow and sequences (the core's), and the com.microsoft and ai.onnx.ml domains.
+array API standard cannot express (strings, float8/sub-byte quantization and casts), and
+control flow and sequences (the core's). onnxruntime's CPU operators still missing are
+listed with their reason in docs/operators.md.
 """
 
 from __future__ import annotations

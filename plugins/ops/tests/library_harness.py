@@ -175,8 +175,10 @@ def run_node(bound: Bound, n: onnx.NodeProto, inputs: Sequence[Any], opset: int 
     kdef, reason = bound.registry.lookup(n.domain, n.op_type, opset)
     assert kdef is not None, reason
     kernel = kdef.factory(KernelInfo.from_node(n, opset, since_version=kdef.since_version))
-    args = [None if v is None else (np.asarray(v) if i in host_inputs or not isinstance(v, np.ndarray | np.generic)
-                                    else bound.array(v)) for i, v in enumerate(inputs)]
+    # A map (dict) or sequence (list) input is passed as it is, as the executor passes it.
+    args = [v if v is None or isinstance(v, dict | list) else
+            np.asarray(v) if i in host_inputs or not isinstance(v, np.ndarray | np.generic) else bound.array(v)
+            for i, v in enumerate(inputs)]
     while args and args[-1] is None:
         args.pop()
     outs = kernel.compute(*args)
