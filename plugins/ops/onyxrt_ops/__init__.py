@@ -65,7 +65,10 @@ from __future__ import annotations
 # The family modules register their operators in ``library`` when imported.
 from . import (  # noqa: F401
     activation,
+    contrib_generation,
+    contrib_llm,
     contrib_misc,
+    contrib_moe,
     contrib_nchwc,
     contrib_quantization,
     contrib_transformer,
