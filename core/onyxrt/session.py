@@ -1133,6 +1133,9 @@ def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     are then copied into ``proto``, whose weights are never copied."""
     skeleton = onnx.ModelProto()
     _skeleton_into(skeleton, proto)
+    # A rerun (after folding made shapes constant) must not keep the placeholders the last
+    # run invented for what it did not know: onnx keeps a dimension name it is given.
+    symbolic_shapes.forget_invented(skeleton.graph)
     try:
         inferred = infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
         # Symbolic dimensions through computed shapes (seq*12 where onnx says unk__3), each

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["Expr", "propagate"]
+__all__ = ["Expr", "propagate", "forget_invented"]
 
 #: Integer tensors up to this many elements are tracked as values (shapes, indices).
 _MAX_TRACKED = 64
@@ -431,11 +431,11 @@ def propagate(model: onnx.ModelProto, only: Iterable[str] = ("", "ai.onnx")) -> 
             changed = True
             state.shapes[name] = _dims(vi.type.tensor_type)
     if changed:
-        _forget_invented(graph)
+        forget_invented(graph)
     return changed
 
 
-def _forget_invented(graph: onnx.GraphProto) -> None:
+def forget_invented(graph: onnx.GraphProto) -> None:
     """Clear the ``unk__N`` names onnx's inference invented, so that its next run fills
     those dimensions from what :func:`propagate` found (it keeps a name it sees)."""
     for vi in [*graph.value_info, *graph.output]:
