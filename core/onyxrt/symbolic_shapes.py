@@ -123,10 +123,13 @@ class _State:
         self.shapes: dict[str, list[Dim] | None] = {}
         self.values: dict[str, tuple[Value, bool]] = {}  # name → (elements, is a scalar)
         self.types: dict[str, int] = {}
+        inputs = {vi.name for vi in graph.input}
         for vi in [*graph.input, *graph.value_info, *graph.output]:
             if vi.type.HasField("tensor_type"):
                 self.types[vi.name] = vi.type.tensor_type.elem_type
-                self.shapes[vi.name] = _dims(vi.type.tensor_type) if vi.type.tensor_type.HasField("shape") else None
+                tt = vi.type.tensor_type
+                # A name the model itself gives an input (tf2onnx writes unk__214) is a symbol.
+                self.shapes[vi.name] = _dims(tt, vi.name in inputs) if tt.HasField("shape") else None
         for t in graph.initializer:
             self.shapes[t.name] = [Expr.of(int(d)) for d in t.dims]
             self.types[t.name] = t.data_type
@@ -147,12 +150,14 @@ class _State:
         return [e.constant for e in found[0]]  # type: ignore[union-attr,misc]
 
 
-def _dims(tensor_type: onnx.TypeProto.Tensor) -> list[Dim]:
+def _dims(tensor_type: onnx.TypeProto.Tensor, declared: bool = False) -> list[Dim]:
+    """The dimensions of a tensor type; ``unk__N`` names are onnx's placeholders for
+    unknown dimensions unless ``declared`` (a graph input's, as the model wrote them)."""
     dims: list[Dim] = []
     for d in tensor_type.shape.dim:
         if d.HasField("dim_value"):
             dims.append(Expr.of(int(d.dim_value)))
-        elif d.dim_param and not d.dim_param.startswith("unk__"):
+        elif d.dim_param and (declared or not d.dim_param.startswith("unk__")):
             dims.append(Expr.of(d.dim_param))
         else:
             dims.append(None)
