@@ -108,6 +108,9 @@ class PlacementReport:
     option_notes: tuple[str, ...] = ()
     #: Placement of control-flow bodies, keyed by "<node>/<attribute>".
     subgraphs: Mapping[str, PlacementReport] = field(default_factory=dict)
+    #: Shape specializations built so far ("batch=1, seq=128" → their placement): see
+    #: :mod:`onyxrt.specialization`.
+    specializations: Mapping[str, PlacementReport] = field(default_factory=dict)
 
     @property
     def providers_used(self) -> tuple[str, ...]:
@@ -151,6 +154,7 @@ class PlacementReport:
         data["providers_used"] = list(self.providers_used)
         data["copy_bytes_per_run"] = self.copy_bytes_per_run
         data["subgraphs"] = {k: v.to_dict() for k, v in self.subgraphs.items()}
+        data["specializations"] = {k: v.to_dict() for k, v in self.specializations.items()}
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -192,6 +196,11 @@ class PlacementReport:
                 f"initializers copied at creation: {len(once)} "
                 f"({sum(c.nbytes or 0 for c in once)} bytes)"
             )
+        for sizes, special in self.specializations.items():
+            counts_s = Counter(n.provider for n in special.nodes)
+            lines.append(f"shape specialization {sizes}: {len(special.nodes)} nodes ("
+                         + ", ".join(f"{p}: {c}" for p, c in counts_s.items())
+                         + f"), partitions: {special.partitions}, copies per run: {len(special.copies_per_run)}")
         placed = {n.node: n.provider for n in self.nodes}
         for r in self.refusals:
             lines.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import difflib
 import functools
 import math
@@ -79,6 +80,7 @@ from .session_options import (
     SessionOptions,
 )
 from .shape_inference import infer_shapes
+from .specialization import DEFAULT_LIMIT, SHAPE_SPECIALIZATIONS_KEY, ShapeSpecializer, signature_of
 from .status import ModelLoadCanceled
 from .threads import global_thread_pool_sizes, intra_op_limit
 
@@ -276,7 +278,44 @@ class InferenceSession:
         self._inputs_check = self._build_input_checks()
         self._check_cancelled()
         self._build(requested, instances, fallbacks)
+        self._specializer = self._shape_specializer(providers, provider_options)
         self._profiler.session_event("session_initialization", t1, time.perf_counter())
+
+    def _shape_specializer(
+        self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None
+    ) -> ShapeSpecializer | None:
+        """A :class:`ShapeSpecializer` when a provider refused nodes for their dynamic
+        shapes (category ``"shape"``) and inputs have free dimensions (see
+        :mod:`.specialization`); else None."""
+        entry = self._sess_options.config_entries().get(SHAPE_SPECIALIZATIONS_KEY, str(DEFAULT_LIMIT))
+        try:
+            limit = int(entry)
+        except ValueError:
+            raise InvalidArgument(f"{SHAPE_SPECIALIZATIONS_KEY} must be a count (0 turns it off), got {entry!r}") from None
+        report = self._plan.placement
+        if limit <= 0 or report is None or not any(r.category == "shape" for r in report.refusals):
+            return None
+        self._free_input_dims = {
+            name: [d.dim_param if not d.HasField("dim_value") else int(d.dim_value) for d in tp.tensor_type.shape.dim]
+            for name, tp in self._declared.items()
+            if name in self._inputs_check and tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
+        }
+        if not any(isinstance(d, str) and d for dims in self._free_input_dims.values() for d in dims):
+            return None
+        kwargs = {"disabled_optimizers": sorted(self._disabled_passes)} if self._disabled_passes else {}
+
+        def build(sizes: tuple[tuple[str, int], ...]) -> InferenceSession:
+            opts = copy.copy(self._sess_options)
+            opts._free_dims_by_name = {**self._sess_options._free_dims_by_name, **dict(sizes)}
+            opts.optimized_model_filepath = ""  # the user's file holds the generic model
+            opts.enable_profiling = False
+            self._logger.info("shape specialization for %s", ", ".join(f"{k}={v}" for k, v in sizes))
+            return InferenceSession(self._source, opts, providers, provider_options, **kwargs)
+
+        def warn(message: str) -> None:
+            self._logger.warning("%s", message)
+
+        return ShapeSpecializer(build, limit, warn)
 
     def _check_cancelled(self) -> None:
         if self._sess_options._load_cancelled:
@@ -677,6 +716,10 @@ class InferenceSession:
         keep_on_device: Mapping[str, bool] | None,
         device_feeds: Mapping[str, tuple[Any, ExecutionProvider]] | None = None,
     ) -> list[Any]:
+        if self._specializer is not None and not keep_on_device and not device_feeds:
+            special = self._specializer.session_for(signature_of(self._free_input_dims, feeds))
+            if special is not None:
+                return special._execute(feeds, names, run_options, None)
         profile = _Profile() if self._profiler.enabled else None
         lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
         limits = self._limits.with_run_options(run_options)
@@ -990,9 +1033,15 @@ class InferenceSession:
 
     @property
     def placement(self) -> PlacementReport:
-        """Where each node runs, fused groups, copies, refusals and fallbacks."""
+        """Where each node runs, fused groups, copies, refusals and fallbacks; with the
+        shape specializations built so far (:mod:`.specialization`)."""
         assert self._plan.placement is not None
-        return self._plan.placement
+        if self._specializer is None or not self._specializer.sessions:
+            return self._plan.placement
+        return dataclasses.replace(
+            self._plan.placement,
+            specializations={k: v.placement for k, v in self._specializer.sessions.items()},
+        )
 
     @property
     def fallbacks(self) -> list[FallbackRecord]:
