@@ -11,7 +11,13 @@ What it holds (onnxruntime's CPU kernels are the reference, version 1 of each):
   QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearConcat,
   QLinearAveragePool, QLinearGlobalAveragePool, QLinearWhere;
 * weight-only quantization: MatMulNBits (2/4/8-bit blocks packed in uint8, zero points
-  packed or float) and GatherBlockQuantized (uint8 data, 4- or 8-bit).
+  packed or float), GatherBlockQuantized (uint8 data, 4- or 8-bit), MatMulBnb4
+  (bitsandbytes FP4/NF4 code books) and MatMulFpQ4 (MLAS's 4-bit blob, deprecated);
+* DynamicQuantizeLSTM (the library's LSTM gates; X and every step's H quantized to uint8
+  dynamically as onnxruntime's ``ComputeGemm``, reverse sequences reordered as it does so
+  that H is quantized over the same rows), QAttention (the library's Attention on the
+  dequantized input and weights) and QEmbedLayerNormalization (the library's
+  EmbedLayerNormalization on dequantized rows).
 
 Semantics choices, so that integer outputs agree with onnxruntime bit for bit:
 
@@ -32,8 +38,14 @@ MatMulNBits ``accuracy_level`` is accepted but every level is computed in float3
 quantizes A to int8 at level 4, so its results differ from the float computation by the
 quantization error of A); GatherBlockQuantized over int4/uint4/float8 data (types the array
 API standard has no arrays of); the float16 scales of Q/DQ (onnxruntime's CPU kernels take
-float only). Not written: QAttention, QEmbedLayerNormalization, DynamicQuantizeLSTM,
-MatMulBnb4, MatMulFpQ4, QMoE.
+float only); DynamicQuantizeLSTM follows onnxruntime's single-thread grouping of H (its
+batch-parallel path quantizes each thread's rows apart) and gives zero states where
+onnxruntime leaves memory uninitialized (an empty sequence axis; without Y, the H rows of
+empty sequences); QAttention's projection is float32, not onnxruntime's integer sums (equal
+to float rounding); MatMulBnb4 ``transB=0`` (an InvalidGraph: onnxruntime's kernel then still
+multiplies by B^T but with row stride K over an N x K buffer, reading past its end). MatMulFpQ4 reads its float32 scales out of the
+byte blob with the backend's ``bitcast`` extra, so array-API-only backends lack it. Not
+written: QMoE.
 """
 
 from __future__ import annotations
@@ -46,9 +58,11 @@ import numpy as np
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 
+from .contrib_transformer import Attention, EmbedLayerNormalization
 from .elementwise import _quiet
 from .library import library
 from .quantization import DequantizeLinear, QLinearConv, QuantizeLinear, _Quant
+from .recurrent import LSTM
 from .spatial import AveragePool
 
 # The operators are reached through ``library`` (this module registers them on import).
@@ -432,7 +446,7 @@ class DynamicQuantizeMatMul(_IntProduct):
         empty = math.prod(a.shape) == 0
         lo = np.float32(min(0.0, float(xp.min(a)))) if not empty else np.float32(0)
         hi = np.float32(max(0.0, float(xp.max(a)))) if not empty else np.float32(0)
-        scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+        scale = np.float32(1) if hi == lo else np.float32((hi - lo) / 255.0)
         zp = float(np.round(np.clip(np.float32(0) - lo / scale, 0, 255)))
         with _quiet():
             qa = xp.clip(xp.round(a / float(scale)) + zp, 0.0, 255.0)
@@ -633,3 +647,280 @@ class GatherBlockQuantized(_Blocks):
         """Per-block parameters repeated ``block_size`` times along ``axis`` (cut to ``dim``)."""
         r = self.xp.repeat(p, self.block, axis=axis)
         return r[(slice(None),) * axis + (slice(0, dim), Ellipsis)]
+
+
+# ------------------------------------------------------------------ DynamicQuantizeLSTM
+
+
+@library.define("DynamicQuantizeLSTM", 1, domain=MS,
+                signature=(("T", "T2", "T2", "T", "T1", "T", "T", "T", "T", "T2", "T", "T2"), ("T", "T", "T")),
+                types={"T": F32, "T1": (np.int32,), "T2": BYTES}, host_inputs=(4,))
+class DynamicQuantizeLSTM(LSTM, _IntProduct):
+    """LSTM with 8-bit weights: ``W`` [dirs, input, 4H] and ``R`` [dirs, H, 4H] (already
+    transposed), scales per direction or per gate column, one zero point per direction.
+    Each product quantizes its float operand to uint8 over its range (with 0), as
+    onnxruntime's ``ComputeGemm``: X once over its first ``max(sequence_lens)`` steps, H at
+    every step over the whole batch. The batch groups of H follow onnxruntime's serial
+    path; its batch-parallel path (batch > 4, or 2+ rows with hidden <= 256, on more than
+    one thread) quantizes each thread's rows separately, so its results depend on the
+    thread count."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        if self.layout != 0:
+            raise InvalidGraph(f"{self.where()}: layout=1 is not supported (onnxruntime neither)")
+        # onnxruntime quantizes H as it sits in its buffers (from the second step on): with
+        # Y requested, the rows of finished sequences are zero there; without Y, they hold
+        # their last state (zero for an empty sequence, whose row is never written).
+        self.zero_finished = bool(info.output_names) and info.output_names[0] != ""
+
+    def dynamic_u8(self, a: Any) -> tuple[Any, Any]:
+        """``a`` quantized to uint8 over its range widened to 0 (onnxruntime's
+        ``GetQuantizationParameter``), as the centered values ``q - zero_point`` in float32
+        and the scale (0-d)."""
+        xp = self.xp
+        if math.prod(a.shape) == 0:
+            return a, xp.asarray(1.0, dtype=self.f32)
+        lo, hi = xp.minimum(xp.min(a), 0.0), xp.maximum(xp.max(a), 0.0)
+        with _quiet():
+            scale = xp.where(hi == lo, xp.asarray(1.0, dtype=self.f32), (hi - lo) / 255.0)
+            zp = xp.round(xp.clip(0.0 - lo / scale, 0.0, 255.0))
+            q = xp.clip(xp.round(a / scale) + zp, 0.0, 255.0)
+        return q - zp, scale
+
+    def weights(self, w: Any, scale: Any, zp: Any, name: str) -> list[tuple[Any, Any, Any]]:
+        """Per direction: the weights, their scale (0-d or per column) and zero point."""
+        dirs, gh = self.num_dirs, 4 * self.hidden
+        for p, what in ((scale, "scale"), (zp, "zero point")):
+            if p is None or tuple(p.shape) not in ((dirs,), (dirs, gh)):
+                raise ValueError(f"{name}'s {what} must have shape [{dirs}] or [{dirs}, {gh}]")
+        zps = self.host(zp).reshape(dirs, -1).astype(np.int32)
+        if (zps != zps[:, :1]).any() or (self.np_dtype(w) == _I8 and zps.any()):
+            raise ValueError(f"{name}'s zero point must be one value per direction (0 for int8)")
+        sc = self.xp.astype(scale, self.f32)
+        return [(w[d, ...], sc[d, ...], zp[d, ...] if zp.ndim == 1 else zp[d, 0]) for d in range(dirs)]
+
+    def qproduct(self, a: Any, w: tuple[Any, Any, Any]) -> Any:
+        """``a @ W`` with ``a`` quantized dynamically: ``float(acc) * (a_scale * w_scale)``."""
+        qa, a_scale = self.dynamic_u8(a)
+        wq, w_scale, w_zp = w
+        return self.to_float(self.product(qa, None, wq, w_zp), a_scale * w_scale, None)
+
+    def compute(self, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None,
+                W_scale=None, W_zero_point=None, R_scale=None, R_zero_point=None):
+        xp = self.xp
+        if X.ndim != 3:
+            raise ValueError(f"X must have rank 3, got shape {list(X.shape)}")
+        seq, batch, isz = X.shape
+        hs, gh, dirs = self.hidden, 4 * self.hidden, self.num_dirs
+        if tuple(W.shape) != (dirs, isz, gh) or tuple(R.shape) != (dirs, hs, gh):
+            raise ValueError(f"W {list(W.shape)} / R {list(R.shape)} must be [{dirs}, {isz}, {gh}] / "
+                             f"[{dirs}, {hs}, {gh}]")
+        b = None if B is None else self._shaped(B, "B", (dirs, 2 * gh), self.f32)
+        p = None if P is None else self._shaped(P, "P", (dirs, 3 * hs), self.f32)
+        ws = self.weights(W, W_scale, W_zero_point, "W")
+        rs = self.weights(R, R_scale, R_zero_point, "R")
+        mask = self._mask(sequence_lens, seq, batch)  # validates sequence_lens
+        lens = (np.full(batch, seq, np.int64) if sequence_lens is None
+                else self.host(sequence_lens).astype(np.int64).reshape(-1))
+        steps = int(lens.max(initial=0)) if batch else seq
+        # onnxruntime runs a reverse direction forward over each sequence's valid prefix
+        # reversed (the rest in place), so that H is quantized over the rows at the same
+        # step; ``flat`` is that reordering of the (time, batch) rows (an involution).
+        s_idx = np.arange(seq)[:, None]
+        flat = np.where(s_idx < lens, lens - 1 - s_idx, s_idx) * batch + np.arange(batch)
+        flat = xp.asarray(flat.reshape(-1))
+        x = xp.astype(X, self.f32)[:steps, ...]
+        started = xp.asarray((lens > 0)[:, None])
+        empty_h = xp.zeros((batch, 0), dtype=self.f32)  # LSTM._step's own h @ R^T: zero-width
+        ys, y_hs, y_cs = [], [], []
+        for d in range(dirs):
+            xd = x
+            if self.reverse[d]:
+                xd = xp.reshape(xp.take(xp.reshape(xp.astype(X, self.f32), (seq * batch, isz)),
+                                        flat[: steps * batch], axis=0), (steps, batch, isz))
+            xw = self.qproduct(xd, ws[d])  # X quantized over the same values either way
+            bias = None if b is None else b[d, :gh] + b[d, gh:]
+            _, params = self._prepare(d, xp.zeros((gh, 0), dtype=self.f32), None,
+                                      None if p is None else p[d, ...])
+            h = self._state(initial_h, "initial_h", batch, self.f32, d)
+            c = self._state(initial_c, "initial_c", batch, self.f32, d)
+            out = []
+            for t in range(steps):
+                hq = h
+                if mask is not None and t:
+                    hq = xp.where(mask[t - 1, ...] if self.zero_finished else started, h, 0.0)
+                pre = xw[t, ...] + self.qproduct(hq, rs[d])
+                if bias is not None:
+                    pre = pre + bias
+                h_new, c_new = self._step(d, pre, empty_h, c, params)
+                if mask is None:
+                    h, c = h_new, c_new
+                    out.append(h_new)
+                else:
+                    m = mask[t, ...]
+                    h, c = xp.where(m, h_new, h), xp.where(m, c_new, c)
+                    out.append(xp.where(m, h_new, 0.0))
+            out.extend([xp.zeros((batch, hs), dtype=self.f32)] * (seq - steps))
+            y = xp.stack(out, axis=0) if seq else xp.zeros((0, batch, hs), dtype=self.f32)
+            if self.reverse[d]:
+                y = xp.reshape(xp.take(xp.reshape(y, (seq * batch, hs)), flat, axis=0), (seq, batch, hs))
+            ys.append(y)
+            # An empty sequence ends with zero states in onnxruntime (not the initial ones).
+            y_hs.append(xp.where(started, h, 0.0))
+            y_cs.append(xp.where(started, c, 0.0))
+        return xp.stack(ys, axis=1), xp.stack(y_hs, axis=0), xp.stack(y_cs, axis=0)
+
+
+# ------------------------------------------------------------------------ QAttention
+
+
+@library.define("QAttention", 1, domain=MS,
+                signature=(("T1", "T2", "T3", "T3", "T3", "T4", "T1", "T2", "T3"), ("T3", "T3")),
+                types={"T1": (np.uint8,), "T2": BYTES, "T3": F32, "T4": (np.int32,)})
+class QAttention(Attention, _IntProduct):
+    """com.microsoft Attention with an 8-bit input (per-tensor scale and zero point) and
+    8-bit merged Q/K/V weights (scale and zero point per tensor or per column). The
+    operands are dequantized and projected in float32 (onnxruntime scales the exact integer
+    sums instead: the two agree to float32 rounding), then :class:`Attention` runs."""
+
+    def compute(self, x, weights, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
+                weight_zero_point=None, past=None):
+        xp = self.xp
+        if weights.ndim != 2:
+            raise ValueError(f"weights must be 2-D, got shape {list(weights.shape)}")
+        w = xp.astype(weights, self.f32)
+        if weight_zero_point is not None:
+            w = w - xp.astype(self.column(weight_zero_point, weights, "weight_zero_point"), self.f32)
+        w = w * xp.astype(self.column(weight_scale, weights, "weight_scale"), self.f32)
+        return super().compute(self.dequant(x, input_scale, input_zero_point), w, bias, mask_index, past)
+
+
+# ---------------------------------------------------------- QEmbedLayerNormalization
+
+
+@library.define("QEmbedLayerNormalization", 1, domain=MS,
+                signature=(("I", "I", "Q", "Q", "Q", "Q", "Q", "I", "T", "T", "T", "T", "T", "Q", "Q", "Q", "Q", "Q"),
+                           ("T", "I")),
+                types={"T": F32, "I": (np.int32,), "Q": BYTES})
+class QEmbedLayerNormalization(EmbedLayerNormalization, _Q8):
+    """:class:`EmbedLayerNormalization` over 8-bit tables, gamma and beta, each with its own
+    per-tensor scale and zero point: the looked-up rows are dequantized (never the whole
+    table). As onnxruntime's kernel: positions are 0..S-1 (no position_ids input), and the
+    mask index counts the mask's entries equal to 1 (not its non-zero ones)."""
+
+    def compute(self, input_ids, segment_ids, word, position, segment, gamma, beta, mask,
+                word_scale, position_scale, segment_scale, gamma_scale, beta_scale,
+                word_zero_point, position_zero_point, segment_zero_point, gamma_zero_point, beta_zero_point):
+        xp = self.xp
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be 2-D (batch, sequence), got shape {list(input_ids.shape)}")
+        b, s = input_ids.shape
+        h = word.shape[-1]
+
+        def rows(table: Any, ids: Any, scale: Any, zp: Any, name: str) -> Any:
+            return self.dequant(self.lookup(table, ids, name), scale, zp)
+
+        positions = xp.reshape(xp.arange(s, dtype=input_ids.dtype), (1, s))
+        w = (rows(word, input_ids, word_scale, word_zero_point, "word_embedding")
+             + rows(position, positions, position_scale, position_zero_point, "position_embedding"))
+        if (segment_ids is None) != (segment is None):
+            raise ValueError("segment_ids and segment_embedding must be given together")
+        if segment is not None:
+            w = w + rows(segment, segment_ids, segment_scale, segment_zero_point, "segment_embedding")
+        g = self.dequant(self.vector(gamma, h, "gamma"), gamma_scale, gamma_zero_point)
+        bt = self.dequant(self.vector(beta, h, "beta"), beta_scale, beta_zero_point)
+        y, _, _ = self.normalize(xp.broadcast_to(w, (b, s, h)), (-1,), g, bt)
+        i32 = self.backend.dtype(np.int32)
+        index = xp.zeros((b,), dtype=i32) if mask is None else xp.sum(xp.astype(mask == 1, i32), axis=1, dtype=i32)
+        return y, index
+
+
+# ------------------------------------------------------------------------ MatMulBnb4
+
+# bitsandbytes' 4-bit code books, by code (onnxruntime's ``fp4_qaunt_map``/``nf4_qaunt_map``).
+_BNB4 = {
+    0: np.array([0.0, 5.208333333e-03, 0.66666667, 1.0, 0.33333333, 0.5, 0.16666667, 0.25,
+                 -0.0, -5.208333333e-03, -0.66666667, -1.0, -0.33333333, -0.5, -0.16666667, -0.25], np.float32),
+    1: np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0], np.float32),
+}
+
+
+@library.define("MatMulBnb4", 1, domain=MS, signature=(("T1", "T2", "T1"), ("T1",)),
+                types={"T1": F32, "T2": (np.uint8,)})
+class MatMulBnb4(_Blocks):
+    """``Y = A @ B^T``: B (N, K) flattened and cut in blocks of ``block_size`` (the last
+    one may be short), each value a 4-bit code (high nibble first) into the FP4
+    (``quant_type`` 0) or NF4 (1) code book, times its block's ``absmax``."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.k, self.n = int(info.attr("K", 0)), int(info.attr("N", 0))
+        self.block = int(info.attr("block_size", 0))
+        self.quant_type = int(info.attr("quant_type", -1))
+        if self.quant_type not in _BNB4:
+            raise InvalidGraph(f"{self.where()}: quant_type={self.quant_type}; 0 (FP4) and 1 (NF4) are supported")
+        if self.block not in (16, 32, 64, 128, 256):
+            raise InvalidGraph(f"{self.where()}: block_size={self.block}; 16, 32, 64, 128 and 256 are supported")
+        if self.k <= 0 or self.n <= 0:
+            raise InvalidGraph(f"{self.where()}: K and N must be given and positive")
+        if not int(info.attr("transB", 1)):
+            raise InvalidGraph(f"{self.where()}: transB=0 is not supported")
+
+    def compute(self, a, b, absmax):
+        xp = self.xp
+        numel = self.n * self.k
+        blocks = -(-numel // self.block)
+        if math.prod(b.shape) != (numel + 1) // 2 or math.prod(absmax.shape) != blocks:
+            raise ValueError(f"B has {math.prod(b.shape)} bytes and absmax {math.prod(absmax.shape)} values; "
+                             f"N={self.n}, K={self.k}, block_size={self.block} need {(numel + 1) // 2} and {blocks}")
+        if a.shape[-1] != self.k:
+            raise ValueError(f"A has {a.shape[-1]} columns; K={self.k}")
+        u8 = self.backend.dtype(_U8)
+        codes = xp.bitwise_and(xp.bitwise_right_shift(xp.reshape(b, (-1, 1)), xp.asarray(np.array([4, 0], np.uint8))),
+                               xp.asarray(15, dtype=u8))
+        codes = xp.astype(xp.reshape(codes, (-1,))[:numel], self.backend.dtype(np.int64))
+        scale = xp.repeat(xp.reshape(xp.astype(absmax, self.f32), (-1,)), self.block)[:numel]
+        w = xp.reshape(xp.take(xp.asarray(_BNB4[self.quant_type]), codes) * scale, (self.n, self.k))
+        return (xp.matmul(a, xp.permute_dims(w, (1, 0))),)
+
+
+# ------------------------------------------------------------------------ MatMulFpQ4
+
+
+@library.define("MatMulFpQ4", 1, domain=MS, signature=(("T1", "T2", "T3"), ("T1",)),
+                types={"T1": F32, "T2": (np.uint8,), "T3": (np.int64,)}, needs=("bitcast",), host_inputs=(2,))
+class MatMulFpQ4(_Blocks):
+    """``Y = A @ B`` with B (K, N) given by ``B_shape`` and packed as MLAS's 4-bit blocks:
+    for each column, blocks of 32 values along K, each a float32 scale, a uint8 zero point
+    (``blk_quant_type`` 1, the default; 0: symmetric, zero point 8) and 16 bytes whose low
+    nibbles hold values 0-15 and high nibbles 16-31; a value is ``(q - zero_point) * scale``.
+    Deprecated by onnxruntime in favour of MatMulNBits; its CPU kernel still runs it."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.zp8 = int(info.attr("blk_quant_type", 1)) != 0  # as onnxruntime: anything but 0 is Zp8
+
+    def compute(self, a, b, b_shape):
+        xp = self.xp
+        shape = [int(v) for v in self.host(b_shape).reshape(-1)]
+        if len(shape) != 2 or b.ndim != 1:
+            raise ValueError(f"B must be a 1-D blob and B_shape two values, got {list(b.shape)} and {shape}")
+        k, n = shape
+        if a.shape[-1] != k:
+            raise ValueError(f"A has {a.shape[-1]} columns; B_shape says K={k}")
+        kb, head = -(-k // 32), 5 if self.zp8 else 4
+        if b.shape[0] != n * kb * (16 + head):
+            raise ValueError(f"B has {b.shape[0]} bytes; K={k}, N={n} need {n * kb * (16 + head)}")
+        blob = xp.reshape(b, (n, kb, 16 + head))
+        scale = self.backend.extras["bitcast"](xp.reshape(blob[..., :4], (-1,)), self.f32)
+        scale = xp.reshape(scale, (n, kb, 1))
+        zp = (xp.reshape(xp.astype(blob[..., 4], self.f32), (n, kb, 1)) if self.zp8
+              else xp.asarray(8.0, dtype=self.f32))
+        q = self.unpack(blob[..., head:], 4)  # (n, kb, 32): low then high nibble of each byte
+        q = xp.concat((q[..., 0::2], q[..., 1::2]), axis=-1)  # byte l holds values l and l + 16
+        w = xp.reshape((xp.astype(q, self.f32) - zp) * scale, (n, kb * 32))[:, :k]
+        return (xp.matmul(a, xp.permute_dims(w, (1, 0))),)

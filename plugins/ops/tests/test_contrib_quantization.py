@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from library_harness import bind, domain_node, ort_outputs, run_node
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
+
+from onyxrt.errors import InvalidGraph
 
 RNG = np.random.default_rng(21)
 U8, I8 = np.uint8, np.int8
@@ -431,7 +433,6 @@ def test_simulated_cupy_matches_numpy(numpy_bound):
 
 
 def test_errors(numpy_bound):
-    from onyxrt.errors import InvalidGraph
 
     with pytest.raises(InvalidGraph, match="block_size"):
         run_node(numpy_bound, domain_node("MatMulNBits", [0] * 3, K=8, N=2, block_size=12), [None] * 3)
@@ -562,3 +563,451 @@ def test_end_to_end_qlinear_chain():
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert got.shape == want.shape == (2, 1, 1, 4) and len(np.unique(want)) > 2
     off_by_one(got, want, limit=1)  # the softmax's row-sum order (see test_qlinear_softmax)
+
+
+# ------------------------------------------------------------------ DynamicQuantizeLSTM
+
+
+def ort_serial(n, inputs, opset=1):
+    """onnxruntime's outputs on one thread: its batch-parallel paths (LSTM) quantize each
+    thread's rows separately, so its results depend on the thread count."""
+    import onnxruntime as ort
+
+    feeds = {name: np.asarray(v) for name, v in zip(n.input, inputs) if name}
+    infos = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+             for k, v in feeds.items()]
+    graph = helper.make_graph([n], "oracle", infos, [helper.make_empty_tensor_value_info(o) for o in n.output if o])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(n.domain, opset)],
+                              ir_version=10)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def lstm_case(seq=4, batch=3, isz=5, hs=3, dirs=1, wdt=I8, per_column=True, bias=True, peep=False,
+              states=False, lens=None):
+    """DynamicQuantizeLSTM inputs: float weights quantized per column (or per tensor)."""
+    def quantize(w):  # [dirs, K, 4H]
+        axis = (1,) if per_column else (1, 2)
+        amax = np.abs(w).max(axis=axis, keepdims=True)
+        scale = (amax / (127 if wdt == I8 else 100)).astype(np.float32)
+        zp = np.zeros(scale.shape, np.uint8 if wdt == U8 else np.int8) + (128 if wdt == U8 else 0)
+        q = np.clip(np.round(w / scale) + zp.astype(np.float32), *(-128, 127) if wdt == I8 else (0, 255)).astype(wdt)
+        shape = (dirs, 4 * hs) if per_column else (dirs,)
+        return q, scale.reshape(shape), np.broadcast_to(zp, scale.shape).reshape(shape).astype(wdt)
+
+    w, ws, wz = quantize(f32(dirs, isz, 4 * hs) * 0.5)
+    r, rs, rz = quantize(f32(dirs, hs, 4 * hs) * 0.5)
+    return [f32(seq, batch, isz), w, r, f32(dirs, 8 * hs) * 0.1 if bias else None,
+            None if lens is None else np.array(lens, np.int32),
+            f32(dirs, batch, hs) if states else None, f32(dirs, batch, hs) if states else None,
+            f32(dirs, 3 * hs) * 0.1 if peep else None, ws, wz, rs, rz]
+
+
+def lstm_node(inputs, outs=("Y", "Y_h", "Y_c"), **attrs):
+    names = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P",
+             "W_scale", "W_zero_point", "R_scale", "R_zero_point"]
+    return helper.make_node("DynamicQuantizeLSTM", [nm if v is not None else "" for nm, v in zip(names, inputs)],
+                            list(outs), domain="com.microsoft", **attrs)
+
+
+# Quantizing H at every step amplifies onnxruntime's approximate sigmoid/tanh (MLAS, ~1e-7)
+# when a value sits on a rounding boundary: one quantization step of H (~1e-3 of its range)
+# then moves a gate by about ``scale_h * scale_r * |R|``. The bound below allows that, far
+# below what a wrong quantization range, zero point or step order would give.
+LSTM_TOL = dict(rtol=1e-4, atol=2e-4)
+
+
+def check_lstm(bound, inputs, outs=("Y", "Y_h", "Y_c"), **attrs):
+    n = lstm_node(inputs, outs, hidden_size=inputs[2].shape[1], **attrs)
+    got = run_node(bound, n, inputs, host_inputs=(4,))
+    got = [g for g, o in zip(got, outs) if o]  # the kernel computes Y even when unrequested
+    want = ort_serial(n, inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, **LSTM_TOL)
+    return got
+
+
+@pytest.mark.parametrize("wdt", [I8, U8])
+@pytest.mark.parametrize("per_column", [True, False])
+def test_dynamic_quantize_lstm(bound, wdt, per_column):
+    check_lstm(bound, lstm_case(wdt=wdt, per_column=per_column))
+
+
+# Without Y, onnxruntime quantizes H from its Y_h buffer, whose row of an empty sequence it
+# never writes: uninitialized memory (its results vary run to run), hence no such case.
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize(("lens", "outs"), [(None, ("Y", "Y_h", "Y_c")), ([4, 2, 0], ("Y", "Y_h", "Y_c")),
+                                            ([3, 1, 2], ("Y", "Y_h", "Y_c")), (None, ("", "Y_h", "Y_c")),
+                                            ([3, 1, 2], ("", "Y_h", "Y_c")), ([2, 2, 2], ("Y", "", "Y_c"))])
+def test_dynamic_quantize_lstm_directions_lengths(bound, direction, lens, outs):
+    dirs = 2 if direction == "bidirectional" else 1
+    check_lstm(bound, lstm_case(dirs=dirs, lens=lens, states=True, peep=True), outs, direction=direction)
+
+
+def test_dynamic_quantize_lstm_attributes(numpy_bound):
+    check_lstm(numpy_bound, lstm_case(bias=False, hs=4, isz=300), clip=0.8)  # K > 258: float64 sums
+    check_lstm(numpy_bound, lstm_case(states=True), input_forget=1)
+    check_lstm(numpy_bound, lstm_case(dirs=2), direction="bidirectional",
+               activations=["HardSigmoid", "Tanh", "Relu", "Sigmoid", "Tanh", "Tanh"])
+    check_lstm(numpy_bound, lstm_case(batch=1, seq=1))
+
+
+def test_dynamic_quantize_lstm_zero_size(bound):
+    check_lstm(bound, lstm_case(batch=2, lens=[0, 0], states=True), direction="reverse")
+    # An empty batch aborts onnxruntime 1.32's process (a min/max over no rows) and an empty
+    # sequence leaves its Y_h/Y_c uninitialized: shapes, and the zero states of ``lens == 0``.
+    for seq, batch, shapes in ((4, 0, [(4, 2, 0, 3), (2, 0, 3), (2, 0, 3)]), (0, 2, [(0, 2, 2, 3), (2, 2, 3), (2, 2, 3)])):
+        inputs = lstm_case(seq=seq, batch=batch, dirs=2, states=True)
+        got = run_node(bound, lstm_node(inputs, hidden_size=3, direction="bidirectional"), inputs, host_inputs=(4,))
+        assert [g.shape for g in got] == shapes
+        assert not any(g.any() for g in got)
+
+
+def test_dynamic_quantize_lstm_errors(numpy_bound):
+    inputs = lstm_case()
+    bad_zp = list(inputs)
+    bad_zp[9] = np.arange(12, dtype=np.int8).reshape(1, 12)  # int8 weights need zero points 0
+    with pytest.raises(ValueError, match="zero point"):
+        run_node(numpy_bound, lstm_node(bad_zp, hidden_size=3), bad_zp, host_inputs=(4,))
+    with pytest.raises(ValueError, match="W"):
+        bad_w = [inputs[0], inputs[1][:, :2], *inputs[2:]]
+        run_node(numpy_bound, lstm_node(bad_w, hidden_size=3), bad_w, host_inputs=(4,))
+    with pytest.raises(InvalidGraph):
+        run_node(numpy_bound, lstm_node(inputs, hidden_size=3, layout=1), inputs, host_inputs=(4,))
+
+
+def test_dynamic_quantize_lstm_simulated_cupy(numpy_bound):
+    from onyxrt_gpu.kernels._common import BACKEND
+    from onyxrt_gpu.testing.simulated_cupy import install
+
+    inputs = lstm_case(dirs=2, lens=[4, 1, 3], states=True, peep=True)
+    n = lstm_node(inputs, hidden_size=3, direction="bidirectional")
+    want = run_node(numpy_bound, n, inputs, host_inputs=(4,))
+    with install():
+        import cupy
+
+        gpu = bind("cupy", BACKEND)
+        gpu.array = cupy.asarray
+        gpu.host = lambda v: v.get()
+        got = run_node(gpu, n, inputs, host_inputs=(4,))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_end_to_end_dynamic_quantize_lstm():
+    """A quantized-LSTM OCR head (DynamicQuantizeLSTM → MatMul → Softmax), as onnxruntime's
+    dynamic quantization writes it, through onyxrt's session vs onnxruntime."""
+    import onnxruntime as ort
+
+    import onyxrt
+
+    inputs = lstm_case(seq=6, batch=1, isz=8, hs=4, dirs=2)
+    names = ["X", "W", "R", "B", "", "", "", "", "W_scale", "W_zero_point", "R_scale", "R_zero_point"]
+    inits = [numpy_helper.from_array(v, nm) for nm, v in zip(names, inputs) if nm and nm != "X"]
+    inits.append(numpy_helper.from_array(f32(8, 5), "proj"))
+    nodes = [helper.make_node("DynamicQuantizeLSTM", names, ["Y", "", ""], domain="com.microsoft",
+                              hidden_size=4, direction="bidirectional"),
+             helper.make_node("Transpose", ["Y"], ["Yt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["Yt", "shape"], ["Yr"]),
+             helper.make_node("MatMul", ["Yr", "proj"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
+    inits.append(numpy_helper.from_array(np.array([0, 0, 8], np.int64), "shape"))
+    graph = helper.make_graph(nodes, "ocr", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 1, 8])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=9).SerializeToString()
+    x = f32(6, 1, 8)
+    got = onyxrt.InferenceSession(model).run(None, {"X": x})[0]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    assert got.shape == want.shape == (6, 1, 5)
+    np.testing.assert_allclose(got, want, **LSTM_TOL)
+
+
+# ------------------------------------------------------------------------ QAttention
+
+
+def qattention_case(b=2, s=3, d=8, wdt=I8, per_column=False, mask=None, past=0, heads=2):
+    x, w = q8((b, s, d)), q8((d, 3 * d), wdt)
+    wscale = (RNG.random(3 * d) * 0.01 + 0.002).astype(np.float32) if per_column else np.array(0.004, np.float32)
+    wzp = (shift(q8(3 * d) // 16 + 120, wdt).astype(wdt) if per_column else z(shift(130, wdt), wdt)) \
+        if wdt == U8 else (np.zeros(3 * d, I8) if per_column else z(0, I8))
+    pst = f32(2, b, heads, past, d // heads) if past else None
+    return [x, w, f32(3 * d) * 0.1, np.array(0.02, np.float32), wscale, mask, z(128), wzp, pst]
+
+
+# onnxruntime scales the exact integer sums where this dequantizes first: float32 rounding
+# of the projection, carried through the softmax.
+QATT_TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wdt", [I8, U8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qattention(bound, wdt, per_column):
+    inputs = qattention_case(wdt=wdt, per_column=per_column)
+    n = domain_node("QAttention", inputs, num_heads=2)
+    got, want = run_node(bound, n, inputs), ort_outputs(n, inputs)
+    np.testing.assert_allclose(got[0], want[0], **QATT_TOL)
+
+
+@pytest.mark.parametrize(("mask", "attrs"), [
+    (np.array([3, 1], np.int32), {}),
+    (np.array([3, 2, 0, 1], np.int32), {}),
+    (np.array([[1, 1, 0, 1, 0], [1, 0, 1, 1, 1]], np.int32), {}),
+    (None, {"unidirectional": 1}),
+    (np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], np.int32), {"unidirectional": 1, "mask_filter_value": -1e4}),
+    (None, {"scale": 0.5}),
+])
+def test_qattention_masks_past(bound, mask, attrs):
+    inputs = qattention_case(mask=mask, past=2 if mask is None or mask.ndim == 2 else 0)
+    if mask is not None and mask.ndim == 1:
+        inputs[8] = None
+    n = domain_node("QAttention", inputs, 2, num_heads=2, **attrs)
+    got, want = run_node(bound, n, inputs), ort_outputs(n, inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, **QATT_TOL)
+
+
+def test_qattention_optional_absent_and_zero_batch(bound):
+    inputs = qattention_case(b=1)
+    inputs[6] = inputs[7] = None  # zero points default to 0
+    n = domain_node("QAttention", inputs, num_heads=2)
+    np.testing.assert_allclose(run_node(bound, n, inputs)[0], ort_outputs(n, inputs)[0], **QATT_TOL)
+    # An empty batch kills onnxruntime 1.32's process (SIGFPE): the shape only.
+    inputs = qattention_case(b=0)
+    assert run_node(bound, domain_node("QAttention", inputs, num_heads=2), inputs)[0].shape == (0, 3, 8)
+
+
+def test_end_to_end_qattention():
+    """QAttention on a quantized input through onyxrt's session vs onnxruntime."""
+    import onnxruntime as ort
+
+    import onyxrt
+
+    inputs = qattention_case(b=2, s=4, per_column=True)
+    names = ["input", "weight", "bias", "input_scale", "weight_scale", "", "input_zero_point", "weight_zero_point"]
+    inits = [numpy_helper.from_array(v, nm) for nm, v in zip(names, inputs) if nm and nm != "input"]
+    nodes = [helper.make_node("QAttention", names, ["out"], domain="com.microsoft", num_heads=2),
+             helper.make_node("ReduceMean", ["out"], ["pooled"], axes=[1])]
+    graph = helper.make_graph(nodes, "qatt", [helper.make_tensor_value_info("input", TensorProto.UINT8, [None, None, 8])],
+                              [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=9).SerializeToString()
+    feeds = {"input": inputs[0]}
+    got = onyxrt.InferenceSession(model).run(None, feeds)[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert got.shape == want.shape == (2, 1, 8)
+    np.testing.assert_allclose(got, want, **QATT_TOL)
+
+
+# ---------------------------------------------------------- QEmbedLayerNormalization
+
+
+def qembed_case(b=2, s=4, h=8, dt=U8, segment=True, mask=True):
+    sc = lambda: np.array(RNG.random() * 0.05 + 0.01, np.float32)  # noqa: E731
+    zp = lambda: z(shift(int(RNG.integers(100, 150)), dt), dt)  # noqa: E731
+    ids = RNG.integers(0, 10, (b, s)).astype(np.int32)
+    seg = RNG.integers(0, 2, (b, s)).astype(np.int32) if segment else None
+    m = RNG.integers(0, 3, (b, s)).astype(np.int32) if mask else None  # 2s are not counted
+    return [ids, seg, q8((10, h), dt), q8((6, h), dt), q8((2, h), dt) if segment else None, q8(h, dt), q8(h, dt), m,
+            sc(), sc(), sc() if segment else None, sc(), sc(), zp(), zp(), zp() if segment else None, zp(), zp()]
+
+
+@pytest.mark.parametrize("dt", [U8, I8])
+@pytest.mark.parametrize(("segment", "mask"), [(True, True), (False, False), (True, False)])
+def test_qembed_layer_normalization(bound, dt, segment, mask):
+    inputs = qembed_case(dt=dt, segment=segment, mask=mask)
+    n = domain_node("QEmbedLayerNormalization", inputs, 2, epsilon=1e-5)
+    got, want = run_node(bound, n, inputs), ort_outputs(n, inputs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)  # normalized: O(1) values
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_qembed_layer_normalization_edges(bound):
+    inputs = qembed_case(b=0)  # an empty batch
+    n = domain_node("QEmbedLayerNormalization", inputs, 2)
+    got, want = run_node(bound, n, inputs), ort_outputs(n, inputs)
+    assert got[0].shape == want[0].shape == (0, 4, 8) and got[1].shape == want[1].shape == (0,)
+    inputs = qembed_case(s=7)  # more positions than the table holds
+    with pytest.raises(ValueError, match="position_embedding"):
+        run_node(bound, domain_node("QEmbedLayerNormalization", inputs, 2), inputs)
+
+
+def test_end_to_end_quantized_bert_layer():
+    """onnxruntime's quantized BERT front: QEmbedLayerNormalization → DynamicQuantizeLinear →
+    QAttention (with the mask index), through onyxrt's session vs onnxruntime."""
+    import onnxruntime as ort
+
+    import onyxrt
+
+    emb = qembed_case(b=2, s=4, h=8)
+    att = qattention_case(b=2, s=4, d=8, per_column=True)
+    enames = ["input_ids", "segment_ids", "word", "pos", "seg", "gamma", "beta", "mask", "ws", "ps", "ss", "gs", "bs",
+              "wz", "pz", "sz", "gz", "bz"]
+    anames = ["xq", "weight", "bias", "xs", "weight_scale", "mask_index", "xz", "weight_zero_point"]
+    inits = [numpy_helper.from_array(v, nm) for nm, v in zip(enames, emb) if nm not in ("input_ids", "segment_ids", "mask")]
+    inits += [numpy_helper.from_array(v, nm) for nm, v in zip(anames, att) if nm in ("weight", "bias", "weight_scale",
+                                                                                     "weight_zero_point")]
+    nodes = [helper.make_node("QEmbedLayerNormalization", enames, ["emb", "mask_index"], domain="com.microsoft"),
+             helper.make_node("DynamicQuantizeLinear", ["emb"], ["xq", "xs", "xz"]),
+             helper.make_node("QAttention", anames, ["out"], domain="com.microsoft", num_heads=2)]
+    ids = [helper.make_tensor_value_info(nm, TensorProto.INT32, [None, None]) for nm in ("input_ids", "segment_ids", "mask")]
+    graph = helper.make_graph(nodes, "qbert", ids, [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=9).SerializeToString()
+    feeds = {"input_ids": emb[0], "segment_ids": emb[1], "mask": emb[7]}
+    got = onyxrt.InferenceSession(model).run(None, feeds)[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert got.shape == want.shape == (2, 4, 8)
+    np.testing.assert_allclose(got, want, **QATT_TOL)
+
+
+def test_quantized_transformer_simulated_cupy(numpy_bound):
+    from onyxrt_gpu.kernels._common import BACKEND
+    from onyxrt_gpu.testing.simulated_cupy import install
+
+    att = qattention_case(mask=np.array([[1, 1, 0, 1, 1], [1, 0, 1, 1, 1]], np.int32), past=2, per_column=True)
+    emb = qembed_case()
+    cases = [(domain_node("QAttention", att, 2, num_heads=2, unidirectional=1), att),
+             (domain_node("QEmbedLayerNormalization", emb, 2), emb)]
+    with install():
+        import cupy
+
+        gpu = bind("cupy", BACKEND)
+        gpu.array = cupy.asarray
+        gpu.host = lambda v: v.get()
+        for n, inputs in cases:
+            for g, w in zip(run_node(gpu, n, inputs), run_node(numpy_bound, n, inputs)):
+                np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------ MatMulBnb4
+
+
+def bnb4_case(n, k, block, a_shape):
+    numel = n * k
+    return [f32(*a_shape, k), q8((numel + 1) // 2), (RNG.random(-(-numel // block)) + 0.5).astype(np.float32)]
+
+
+@pytest.mark.parametrize("quant_type", [0, 1])
+@pytest.mark.parametrize(("n", "k", "block"), [(8, 32, 16), (7, 9, 16), (5, 77, 64), (3, 100, 256), (16, 64, 32),
+                                               (4, 40, 128)])
+def test_matmul_bnb4(bound, quant_type, n, k, block):
+    for a_shape in ((3,), (2, 3), (0,), (2, 1, 4)):
+        inputs = bnb4_case(n, k, block, a_shape)
+        node = domain_node("MatMulBnb4", inputs, K=k, N=n, block_size=block, quant_type=quant_type)
+        got, want = run_node(bound, node, inputs)[0], ort_outputs(node, inputs)[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_bnb4_errors_and_cupy(numpy_bound):
+    from onyxrt_gpu.kernels._common import BACKEND
+    from onyxrt_gpu.testing.simulated_cupy import install
+
+    with pytest.raises(InvalidGraph, match="quant_type"):
+        run_node(numpy_bound, domain_node("MatMulBnb4", [0] * 3, K=4, N=4, block_size=16, quant_type=2), [None] * 3)
+    with pytest.raises(InvalidGraph, match="block_size"):
+        run_node(numpy_bound, domain_node("MatMulBnb4", [0] * 3, K=4, N=4, block_size=8, quant_type=0), [None] * 3)
+    inputs = bnb4_case(7, 9, 16, (2, 3))
+    node = domain_node("MatMulBnb4", inputs, K=9, N=7, block_size=16, quant_type=1)
+    with pytest.raises(ValueError, match="absmax"):
+        run_node(numpy_bound, node, inputs[:2] + [inputs[2][:1]])
+    want = run_node(numpy_bound, node, inputs)[0]
+    with install():
+        import cupy
+
+        gpu = bind("cupy", BACKEND)
+        gpu.array = cupy.asarray
+        gpu.host = lambda v: v.get()
+        np.testing.assert_allclose(run_node(gpu, node, inputs)[0], want, rtol=1e-6, atol=1e-7)
+
+
+def test_end_to_end_matmul_bnb4():
+    import onnxruntime as ort
+
+    import onyxrt
+
+    x, b, absmax = bnb4_case(12, 40, 32, (2, 5))
+    nodes = [helper.make_node("MatMulBnb4", ["x", "b", "absmax"], ["y"], domain="com.microsoft", K=40, N=12,
+                              block_size=32, quant_type=1),
+             helper.make_node("Relu", ["y"], ["out"])]
+    graph = helper.make_graph(nodes, "bnb4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 40])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(b, "b"), numpy_helper.from_array(absmax, "absmax")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=9).SerializeToString()
+    got = onyxrt.InferenceSession(model).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == want.shape == (2, 5, 12)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------ MatMulFpQ4
+
+
+def fpq4_blob(k, n, zp8):
+    """A random MLAS 4-bit blob: per column, blocks of 32 along K, each [float32 scale]
+    [uint8 zero point with Zp8][16 bytes]."""
+    kb, head = -(-k // 32), 5 if zp8 else 4
+    blob = q8((n, kb, 16 + head))
+    blob[..., :4] = ((RNG.random((n, kb)) + 0.5) * 0.05).astype(np.float32).view(np.uint8).reshape(n, kb, 4)
+    if zp8:
+        blob[..., 4] = RNG.integers(0, 16, (n, kb))
+    return blob.reshape(-1)
+
+
+@pytest.mark.parametrize("blk_quant_type", [0, 1, 3])
+@pytest.mark.parametrize(("k", "n"), [(32, 8), (40, 5), (70, 3), (1, 4), (96, 16)])
+def test_matmul_fpq4(numpy_bound, blk_quant_type, k, n):
+    blob = fpq4_blob(k, n, blk_quant_type != 0)
+    for a_shape in ((3,), (2, 3), (0,), (2, 1, 4)):
+        inputs = [f32(*a_shape, k), blob, np.array([k, n], np.int64)]
+        node = domain_node("MatMulFpQ4", inputs, blk_quant_type=blk_quant_type)
+        got, want = run_node(numpy_bound, node, inputs, host_inputs=(2,))[0], ort_outputs(node, inputs)[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_fpq4_errors_cupy_and_session(numpy_bound):
+    import onnxruntime as ort
+
+    import onyxrt
+    from onyxrt_gpu.kernels._common import BACKEND
+    from onyxrt_gpu.testing.simulated_cupy import install
+
+    blob = fpq4_blob(40, 6, True)
+    inputs = [f32(2, 40), blob, np.array([40, 6], np.int64)]
+    node = domain_node("MatMulFpQ4", inputs)
+    with pytest.raises(ValueError, match="bytes"):
+        run_node(numpy_bound, node, [inputs[0], blob[:-1], inputs[2]], host_inputs=(2,))
+    with pytest.raises(ValueError, match="K=40"):
+        run_node(numpy_bound, node, [f32(2, 41), blob, inputs[2]], host_inputs=(2,))
+    want = run_node(numpy_bound, node, inputs, host_inputs=(2,))[0]
+    with install():
+        import cupy
+
+        gpu = bind("cupy", BACKEND)
+        gpu.array = cupy.asarray
+        gpu.host = lambda v: v.get()
+        np.testing.assert_allclose(run_node(gpu, node, inputs, host_inputs=(2,))[0], want, rtol=1e-6, atol=1e-7)
+    # The session path: the blob and its shape as initializers.
+    nodes = [helper.make_node("MatMulFpQ4", ["x", "blob", "shape"], ["y"], domain="com.microsoft"),
+             helper.make_node("Tanh", ["y"], ["out"])]
+    graph = helper.make_graph(nodes, "fpq4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 40])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(blob, "blob"), numpy_helper.from_array(inputs[2], "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=9).SerializeToString()
+    x = f32(3, 40)
+    got = onyxrt.InferenceSession(model).run(None, {"x": x})[0]
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == ref.shape == (3, 6)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
