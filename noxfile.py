@@ -281,6 +281,23 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session
+def exports(session: nox.Session) -> None:
+    """Real exports with torch (transformers' BERT-base, GPT-2, ViT, MobileNetV2 with TF
+    padding, ResNet-50; random weights, nothing downloaded) into ``exports/``, then the shape
+    report: shape computations folded and NPU placement with batch=1, seq=128 fixed. Not a
+    default session: torch and transformers are large.
+
+        nox -s exports                   # export, then report
+        nox -s exports -- --dim seq=64   # other fixed sizes for the report
+    """
+    _install_project(session, _installable_plugins())
+    session.install("torch", "transformers", "onnxscript")
+    out = Path(session.create_tmp()) / "exports"
+    session.run("python", "benchmarks/real_exports.py", "--out", str(out))
+    session.run("python", "benchmarks/shape_report.py", str(out), *session.posargs)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks side by side with onnxruntime (see benchmarks/)."""
     _install_project(session, _installable_plugins())
