@@ -47,20 +47,8 @@ _MS = "com.microsoft"
 _WHISPER = ("encoder-decoder generation (BeamSearch/GreedySearch model_type 1 and 2, WhisperBeamSearch): "
             "the encoder subgraph formats and cross-attention past are not written yet; refused with "
             "InvalidGraph at session creation")
-_NEW_1_32 = "added in onnxruntime 1.32's CPU provider for new LLM architectures: not written yet"
 NOT_YET: dict[tuple[str, str], str] = {
     (_MS, "WhisperBeamSearch"): _WHISPER,
-    **{(_MS, op): _NEW_1_32 for op in ("EngramGate", "GatedAdd", "GatedDeltaNet", "HyperConnectionPostMix",
-                                       "HyperConnectionPreMix", "LinearAttention", "LinearAttentionGate",
-                                       "VarlenNGramHashMapping")},
-    (_MS, "AttnLSTM"): "an LSTM with an attention wrapper (a recurrent family of its own): not written yet",
-    (_MS, "CausalConvWithState"): "the com.microsoft form of ai.onnx CausalConvWithState: not registered yet",
-    (_MS, "VarlenCausalConvWithState"): "packed variable-length CausalConvWithState: not written yet",
-    (_MS, "GatherPacked"): "its packed weight layouts (onnxruntime's PackedWeightFormats) are not "
-                           "established here: not written yet",
-    (_MS, "MoE"): "mixture of experts: not written yet",
-    (_MS, "MoEGroupRouter"): "mixture-of-experts group routing: not written yet",
-    (_MS, "QMoE"): "quantized mixture of experts: not written yet",
     (_MS, "SparseAttention"): "onnxruntime's CPU kernel (the oracle) runs only with past and present "
                               "bound to one buffer, and there its outputs did not match a block-masked "
                               "GroupQueryAttention: its semantics are not established",

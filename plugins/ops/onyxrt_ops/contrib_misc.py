@@ -35,9 +35,8 @@ says which): MaxpoolWithMask's row-stopping mask scan, FusedGemm's required acti
 parameters, SparseToDenseMatMul's alpha on float32 only, the end mark before the padding
 of Tokenizer. Known gaps: Tokenizer refuses an empty separator among others (onnxruntime
 then returns no token at all); WordConvEmbedding writes zeros for an empty word where
-onnxruntime leaves memory unwritten. Not here: GatherPacked (its byte layouts are defined
-in onnxruntime's docs/PackedWeightFormats.md, not at hand to check against) and AttnLSTM
-(an attention-wrapped LSTM: a recurrent family of its own).
+onnxruntime leaves memory unwritten. GatherPacked and AttnLSTM are in
+:mod:`onyxrt_ops.contrib_moe`.
 """
 
 from __future__ import annotations
