@@ -22,18 +22,10 @@ class KnownFailure:
     reason: str
 
 
-KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    # ddddocr's default OCR model (what DdddOcr() and DdddOcr(old=True) load) is a
-    # dynamically quantized export: its recurrent layer is com.microsoft::DynamicQuantizeLSTM,
-    # a contrib operator onyxrt has no kernel for (issue 21 covers the com.microsoft domain).
-    # Its other two models (common.onnx, common_det.onnx) are plain ONNX and must pass.
-    KnownFailure(
-        library="ddddocr",
-        case="ocr default: common_old.onnx",
-        match="com.microsoft::DynamicQuantizeLSTM",
-        reason="contrib operator com.microsoft::DynamicQuantizeLSTM not implemented (issue 21)",
-    ),
-)
+# Empty: ddddocr's default OCR model, listed here while com.microsoft::DynamicQuantizeLSTM had
+# no kernel, now runs (issue 21) — and differs from onnxruntime in its confidences, a wrong
+# result this list must not hide (docs/ecosystem.md says why it differs).
+KNOWN_FAILURES: tuple[KnownFailure, ...] = ()
 
 
 def known_failure(library: str, case: str) -> KnownFailure | None:
