@@ -5,6 +5,8 @@
 static PyMethodDef methods[] = {
     {"gelu_erf", py_gelu_erf, METH_VARARGS,
      "gelu_erf(x, out, coefficients, clamp, t_scale, scale): out = x * (0.5 + 0.5 erf(x * scale))."},
+    {"logistic_tanh", py_logistic_tanh, METH_VARARGS,
+     "logistic_tanh(x, out, tanh): out = sigmoid(x), or tanh(x), as onnxruntime's MLAS computes them."},
     {"gelu_tanh", py_gelu_tanh, METH_VARARGS,
      "gelu_tanh(x, out): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."},
     {"epilogue", py_epilogue, METH_VARARGS,

@@ -146,6 +146,7 @@ fill(float *dst, idx n, float value)
 PyObject *py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *py_transpose(PyObject *self, PyObject *args);
 PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
+PyObject *py_logistic_tanh(PyObject *self, PyObject *args);
 PyObject *py_epilogue(PyObject *self, PyObject *args);
 PyObject *py_depthwise(PyObject *self, PyObject *args);
 PyObject *py_maxpool(PyObject *self, PyObject *args);

@@ -38,6 +38,8 @@ __all__ = [
     "status",
     "gelu_erf",
     "gelu_tanh",
+    "logistic",
+    "tanh",
     "epilogue",
     "epilogue_ready",
     "depthwise2d",
@@ -171,6 +173,27 @@ def gelu_erf(
         return None
     y = np.empty_like(x)
     _native.gelu_erf(x, y, coefficients, clamp, t_scale, scale)
+    return y
+
+
+def logistic(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """Sigmoid of a float32 array as onnxruntime's CPU provider computes it (MLAS's rational
+    approximation with fused multiply-adds: bit-identical results), into ``out`` (may be
+    ``x``); ``None`` when ``x`` does not qualify."""
+    return _logistic_tanh(x, out, False)
+
+
+def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """Tanh of a float32 array as onnxruntime's CPU provider computes it (see
+    :func:`logistic`); ``None`` when ``x`` does not qualify."""
+    return _logistic_tanh(x, out, True)
+
+
+def _logistic_tanh(x: np.ndarray, out: np.ndarray | None, is_tanh: bool) -> np.ndarray | None:
+    if not _ready(x) or not hasattr(_native, "logistic_tanh"):
+        return None
+    y = np.empty_like(x) if out is None else out
+    _native.logistic_tanh(x, y, is_tanh)
     return y
 
 

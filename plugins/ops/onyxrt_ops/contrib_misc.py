@@ -95,8 +95,9 @@ def activation(kernel: OpKernel, name: str, params: list[float]) -> Any:
     return {
         "": None,
         "Relu": lambda y: xp.maximum(y, xp.zeros((), dtype=y.dtype)),
-        "Tanh": xp.tanh,
-        "Sigmoid": lambda y: _sigmoid(xp, y),
+        # A backend's own sigmoid/tanh where it has them (the CPU's: onnxruntime's numerics).
+        "Tanh": kernel.backend.extras.get("tanh", xp.tanh),
+        "Sigmoid": kernel.backend.extras.get("sigmoid", lambda y: _sigmoid(xp, y)),
         "LeakyRelu": lambda y: xp.where(y >= 0, y, y * p[0]),
         "Clip": lambda y: xp.clip(y, p[0], p[1]),
         "HardSigmoid": lambda y: xp.clip(y * p[0] + p[1], 0.0, 1.0),

@@ -125,7 +125,9 @@ class _Recurrent(OpKernel):
                 alpha = alphas.pop(0)
             if used >= 2 and betas:
                 beta = betas.pop(0)
-            funcs.append(make(self.xp, float(alpha), float(beta)))
+            # A backend's own sigmoid/tanh (the CPU's: onnxruntime's exact float32 numerics).
+            own = self.backend.extras.get(str(name).lower()) if used == 0 else None
+            funcs.append(own if own is not None else make(self.xp, float(alpha), float(beta)))
         return [funcs[d * per_dir : (d + 1) * per_dir] for d in range(self.num_dirs)]
 
     def _clip(self, x: Any) -> Any:

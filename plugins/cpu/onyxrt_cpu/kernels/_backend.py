@@ -1,13 +1,43 @@
 """The CPU provider's backend for the operator library (:mod:`onyxrt_ops`): numpy, every
-element type numpy holds, and the float64 ``erf`` of :mod:`._special` (numpy has none)."""
+element type numpy holds, the float64 ``erf`` of :mod:`._special` (numpy has none), and
+``sigmoid``/``tanh`` as onnxruntime computes them in float32 (:func:`.native.logistic`,
+bit-identical to its MLAS kernels where the compiled module is built), which the library's
+recurrent operators take for their gates."""
 
 from __future__ import annotations
 
-from onyxrt_ops import numpy_backend
+from typing import Any
 
+import numpy as np
+
+from onyxrt_ops import numpy_backend
+from onyxrt_ops.activation import _sigmoid
+
+from .. import native
 from ._special import erf
 
-__all__ = ["BACKEND"]
+__all__ = ["BACKEND", "sigmoid", "tanh"]
+
+_F32 = np.dtype(np.float32)
+
+
+def sigmoid(x: Any) -> Any:
+    """Sigmoid: onnxruntime's float32 numerics where compiled, else the exact function."""
+    if x.dtype == _F32:
+        y = native.logistic(np.ascontiguousarray(x))
+        if y is not None:
+            return y
+    return _sigmoid(np, x)
+
+
+def tanh(x: Any) -> Any:
+    """Tanh: onnxruntime's float32 numerics where compiled, else numpy's."""
+    if x.dtype == _F32:
+        y = native.tanh(np.ascontiguousarray(x))
+        if y is not None:
+            return y
+    return np.tanh(x)
+
 
 #: What the library's operators compute with on the CPU (bound in ``kernels/__init__``).
-BACKEND = numpy_backend(extras={"erf": erf})
+BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh})

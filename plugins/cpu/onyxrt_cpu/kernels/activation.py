@@ -9,9 +9,14 @@ not apply:
   polynomial of :func:`._special.gelu_float32_native`), else in float32 in place with
   :func:`._special.erf_float32`;
 * Softmax — the compiled last-axis pass for float32, else numpy in place on one buffer;
-* Sigmoid (and Swish, built on it) — 1 / (1 + e^-x) in place on one buffer, letting e^-x
-  overflow to inf (which gives exactly 0), several times faster than the library's
-  overflow-free form (numpy's ``where`` on mixed signs is slow);
+* Sigmoid and Tanh (and Swish, built on the sigmoid) — float32 through the compiled
+  kernels that compute exactly what onnxruntime's CPU provider does (MLAS's rational
+  approximations, :func:`.native.logistic`): quantized models turn a last-bit difference
+  into a whole quantization step, so bit-identical activations make them agree with
+  onnxruntime exactly; also 1.9x numpy's sigmoid (431 against 808 us per 10^6 floats;
+  tanh 281 against ``np.tanh``'s 361 us, 1.2 against 0.8 us for 1000). Otherwise
+  1 / (1 + e^-x) in place on one buffer, letting e^-x overflow to inf (which gives
+  exactly 0), several times faster than the library's overflow-free form;
 * Hardmax — a scatter of ones into zeros (``np.put_along_axis``, which the array API
   lacks) instead of comparing every position with the argmax.
 """
@@ -29,7 +34,7 @@ from . import registry
 from ._backend import BACKEND
 from ._special import erf_float32, gelu_float32_native
 
-__all__ = ["Gelu", "Softmax", "Sigmoid", "Swish", "Hardmax"]
+__all__ = ["Gelu", "Softmax", "Sigmoid", "Tanh", "Swish", "Hardmax"]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -77,20 +82,35 @@ class Softmax(library.kernel("Softmax", 13, BACKEND)):
         return e
 
 
+def _fast_sigmoid(x: np.ndarray) -> np.ndarray:
+    """onnxruntime's float32 sigmoid where compiled, else :func:`_sigmoid`."""
+    y = native.logistic(x) if x.dtype == np.float32 else None
+    return _sigmoid(x) if y is None else y
+
+
 @registry.register("Sigmoid", since=(1, 6, 13))
 class Sigmoid(library.kernel("Sigmoid", 13, BACKEND)):
-    """Sigmoid in place on one buffer."""
+    """Sigmoid: compiled (onnxruntime's numerics) for float32, else in place on one buffer."""
 
     def f(self, x):
-        return _sigmoid(x)
+        return _fast_sigmoid(x)
+
+
+@registry.register("Tanh", since=(1, 6, 13))
+class Tanh(library.kernel("Tanh", 13, BACKEND)):
+    """Tanh: compiled (onnxruntime's numerics) for float32, else the library's."""
+
+    def f(self, x):
+        y = native.tanh(x) if x.dtype == np.float32 else None
+        return super().f(x) if y is None else y
 
 
 @registry.register("Swish", since=24)
 class Swish(library.kernel("Swish", 24, BACKEND)):
-    """Swish with the in-place sigmoid."""
+    """Swish with the compiled (or in-place) sigmoid."""
 
     def f(self, x):
-        y = _sigmoid(x * self.alpha)
+        y = _fast_sigmoid(x * self.alpha)
         y *= x
         return y
 
