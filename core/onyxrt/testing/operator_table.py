@@ -44,11 +44,7 @@ ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml")
 #: A test fails when an operator has neither a kernel nor an entry here, and when an entry
 #: names an operator that now has a kernel.
 _MS = "com.microsoft"
-_WHISPER = ("encoder-decoder generation (BeamSearch/GreedySearch model_type 1 and 2, WhisperBeamSearch): "
-            "the encoder subgraph formats and cross-attention past are not written yet; refused with "
-            "InvalidGraph at session creation")
 NOT_YET: dict[tuple[str, str], str] = {
-    (_MS, "WhisperBeamSearch"): _WHISPER,
     (_MS, "SparseAttention"): "onnxruntime's CPU kernel (the oracle) runs only with past and present "
                               "bound to one buffer, and there its outputs did not match a block-masked "
                               "GroupQueryAttention: its semantics are not established",

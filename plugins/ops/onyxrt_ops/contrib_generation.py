@@ -1,4 +1,6 @@
-"""com.microsoft generation loops over a GPT-2 style decoder: GreedySearch, BeamSearch, Sampling.
+"""com.microsoft generation loops: GreedySearch, BeamSearch, Sampling over a GPT-2 style
+decoder; BeamSearch over a T5/BART style encoder-decoder pair (``model_type=1``) or a Whisper
+one (``model_type=2``), and WhisperBeamSearch.
 
 These operators hold a ``decoder`` graph attribute and run it once per generated token,
 feeding back its ``present_*`` outputs as ``past_*`` inputs (onnxruntime's convention for
@@ -45,12 +47,48 @@ Semantics are onnxruntime's CPU kernels' (checked against it in the tests):
   ``presence_penalty`` lands entirely on the first score (onnxruntime's loop never moves
   its pointer); ``filtered_logits`` is never written (None), as onnxruntime's CPU kernel.
 
-Known gaps, with reasons: ``model_type`` 1/2 (T5/Whisper encoder-decoder), ``init_decoder``
-and decoders that share past and present buffers (``past_sequence_length`` input) are
-refused at session creation — they need the encoder subgraphs' two formats and
-cross-attention past, not written (no time to check them against onnxruntime);
-``WhisperBeamSearch`` is not here for the same reason; BeamSearch's ``logits_processor``
-input (the Whisper timestamp processor) is refused when non-zero. Sampling with
+BeamSearch with ``model_type=1`` (onnxruntime's ``beam_search_impl_t5.h``,
+``subgraph_t5_encoder.cc`` / ``subgraph_t5_decoder.cc``): the ``encoder`` graph runs once on
+``encoder_input_ids`` (the operator's ``input_ids``, not expanded by beams),
+``encoder_attention_mask`` (the ``attention_mask`` input, else 0 only for *leading* pad
+tokens — a trailing pad/eos token keeps 1) and ``decoder_input_ids`` (batch, 1) filled with
+``decoder_start_token_id``, and gives ``logits``, ``encoder_hidden_states``,
+``present_{key,value}_self_*`` then ``present_{key,value}_cross_*``: its logits are the
+first step's. The ``decoder`` then takes ``input_ids``, ``encoder_attention_mask``,
+optionally ``encoder_hidden_states``, ``past_{key,value}_self_*``, ``past_{key,value}_cross_*``
+(each expanded to batch*beams) and gives ``logits`` and the self presents; the cross state
+is passed on unchanged. Its ``input_ids`` are the last tokens when declared (batch, 1), else
+the whole sequences. Sequences start with the start token (so ``max_length`` > 1, the
+length penalty and min length count it, ``scores`` has ``max_length - 1`` steps); the loop
+does not ask the scorer whether it is done after the encoder's step (one more step's
+``scores`` get written). With ``max_length == 2`` onnxruntime skips the encoder's step and
+runs the decoder on feeds it never wrote (garbage tokens, or a failing Gather); onyxrt takes
+the encoder's step. onnxruntime also feeds the decoder's ``encoder_hidden_states`` as an
+expanded buffer it never fills (``ExpandBuffer`` with ``only_copy_shape``): its exported
+decoders read only that input's shape; onyxrt passes the encoder's values, expanded.
+
+Whisper (``model_type=2``, WhisperBeamSearch; ``beam_search_impl_whisper.h``): the same loop
+without attention masks — the encoder takes ``encoder_input_ids`` (the audio features, the
+operator's float ``input_ids``) and ``decoder_input_ids`` (input 10 when given: the decoder's
+prompt, e.g. start / language / task tokens, which the sequences start with; else the start
+token), the decoder ``input_ids``, optionally ``encoder_hidden_states``, the past self and
+cross state. WhisperBeamSearch's ``temperature`` divides the processed log-softmax scores
+(after the other processors; checked: the sequence scores scale by 1/temperature).
+
+Beam reordering (every model type, as onnxruntime): a finished batch's rows take beam
+index 0 — row 0 of the whole batch*beams — for their sequences (which the repetition penalty
+and n-gram processors then read) and past state; with ``num_beams == 1`` onnxruntime passes
+the past state on without reordering it at all.
+
+Known gaps, with reasons: GreedySearch and Sampling with ``model_type`` != 0 are refused
+(onnxruntime's CPU kernels refuse them too); ``init_decoder``, decoders that share past and
+present buffers (``past_sequence_length``, ``cache_indirection`` inputs: the masked
+multi-head attention path) and the newer T5 encoder format without ``decoder_input_ids``
+(its encoder gives only the cross state) are refused at session creation — not checked
+against onnxruntime here; so are WhisperBeamSearch's alignment-head outputs (``cross_qk``,
+``non_speech_probs``: onnxruntime computes cross_qk only on that masked-attention path)
+and the inputs ``cross_qk_layer_head`` and ``extra_decoding_ids`` (not checked); a non-zero
+``logits_processor`` input (Whisper's timestamp processor) is refused when run. Sampling with
 ``top_p=0`` (its default) samples the whole distribution: onnxruntime's result there reads
 unwritten memory and changes from run to run, so it cannot be matched.
 """
@@ -77,8 +115,9 @@ _I32 = (np.int32,)
 
 
 class _Generation(OpKernel):
-    """What the generation loops share: the decoder's conventions, reading the steering
-    inputs, the logits processors and the decoder's feeds from step to step."""
+    """What the generation loops share: the decoder's conventions (model_type=0; BeamSearch
+    adds model_type=1), reading the steering inputs, the logits processors and the decoder's
+    feeds from step to step."""
 
     #: positions of the optional inputs (None: the operator has no such input)
     MIN_LENGTH = 2
@@ -89,9 +128,10 @@ class _Generation(OpKernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        if int(info.attr("model_type", 0)) != 0:
-            raise InvalidGraph(f"{self.where()}: only model_type=0 (a GPT-2 style decoder) is supported, "
-                               f"got model_type={info.attr('model_type')}")
+        self.model_type = int(info.attr("model_type", 0))
+        if self.model_type not in self.MODEL_TYPES:
+            raise InvalidGraph(f"{self.where()}: model_type={self.model_type} is not supported here "
+                               f"(supported: {self.MODEL_TYPES}; {self.MODEL_TYPE_NOTE})")
         if info.attr("init_decoder") is not None:
             raise InvalidGraph(f"{self.where()}: an init_decoder subgraph is not supported")
         if "pad_token_id" not in info.attributes or "eos_token_id" not in info.attributes:
@@ -99,12 +139,23 @@ class _Generation(OpKernel):
         body = info.attr("decoder")
         if not isinstance(body, onnx.GraphProto):
             raise InvalidGraph(f"{self.where()}: the decoder graph attribute is required")
-        self._check_decoder(body)
         self.eos = int(info.attr("eos_token_id"))
         self.pad = int(info.attr("pad_token_id"))
         self.ngram = int(info.attr("no_repeat_ngram_size", 0))
-        self.decoder = info.subgraph("decoder")
         self.n_explicit = len(info.input_names)
+        if self.model_type == 0:
+            self._check_decoder(body)
+        else:
+            self._check_encoder_decoder(info, body)
+        self.decoder = info.subgraph("decoder")
+
+    #: the model types an operator runs, and why the others are refused
+    MODEL_TYPES: tuple[int, ...] = (0,)
+    MODEL_TYPE_NOTE = "onnxruntime's GreedySearch and Sampling run only model_type=0 (a GPT-2 style decoder)"
+
+    def _check_encoder_decoder(self, info: KernelInfo, body: onnx.GraphProto) -> None:
+        """model_type=1 (a subclass's): validates the encoder and decoder graphs."""
+        raise NotImplementedError
 
     def _check_decoder(self, body: onnx.GraphProto) -> None:
         ins, outs = [i.name for i in body.input], [o.name for o in body.output]
@@ -143,13 +194,16 @@ class _Generation(OpKernel):
         outer.update(zip(self.info.implicit_inputs, inputs[self.n_explicit :]))
         return outer
 
-    def _prompt(self, inputs: tuple[Any, ...]) -> tuple[np.ndarray, int]:
+    def _prompt(self, inputs: tuple[Any, ...], prompt: int | None = None) -> tuple[np.ndarray, int]:
+        """input_ids and max_length, which must exceed the decoder's prompt (``prompt``, by
+        default input_ids' length; 1, the start token, for an encoder-decoder model)."""
         ids = self.host(inputs[0]).astype(np.int32)
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ValueError(f"input_ids must be 2-D (batch, sequence) and not empty, got shape {ids.shape}")
+        prompt = ids.shape[1] if prompt is None else prompt
         max_length = self._scalar(inputs, 1, None, int)
-        if max_length is None or max_length <= ids.shape[1]:
-            raise ValueError(f"max_length ({max_length}) must exceed the input sequence length ({ids.shape[1]})")
+        if max_length is None or max_length <= prompt:
+            raise ValueError(f"max_length ({max_length}) must exceed the input sequence length ({prompt})")
         return ids, max_length
 
     def _processors(self, inputs: tuple[Any, ...], batch: int, vocab: int) -> dict[str, Any]:
@@ -216,10 +270,13 @@ class _Generation(OpKernel):
         present states."""
         check_terminated(self.info.node_name)
         outs = self.decoder.run(feeds, outer)
-        logits = self.host(outs[0])
+        return self._last_logits(self.host(outs[0]), rows), [self.host(p) for p in outs[1:]]
+
+    @staticmethod
+    def _last_logits(logits: np.ndarray, rows: int) -> np.ndarray:
         if logits.ndim != 3 or logits.shape[0] != rows:
             raise ValueError(f"the decoder's logits must be shaped ({rows}, sequence, vocab), got {logits.shape}")
-        return logits[:, -1, :].astype(np.float32), [self.host(p) for p in outs[1:]]
+        return logits[:, -1, :].astype(np.float32)
 
     @staticmethod
     def _next_feeds(feeds: list[Any], tokens: np.ndarray, positions: np.ndarray, presents: list[Any]) -> list[Any]:
@@ -301,12 +358,14 @@ class _Hypotheses:
 _BEAM_SIG = (("F", "I", "I", "I", "I", "T", "T", "M", "M", "I", "I", "I"), ("I", "T", "T"))
 
 
-@library.define("BeamSearch", 1, domain=MS, types={"T": (np.float32,), "F": _I32, "I": _I32, "M": _I32},
+@library.define("BeamSearch", 1, domain=MS, types={"T": (np.float32,), "F": (np.int32, np.float32), "I": _I32,
+                                                   "M": _I32},
                 signature=_BEAM_SIG)
 class BeamSearch(_Generation):
     """Beam search: ``sequences`` (batch, num_return_sequences, max_length), their
     ``sequences_scores`` and optionally the per-step ``scores`` (max_length - prompt,
-    batch, beams, vocab) — see the module docstring for onnxruntime's scorer."""
+    batch, beams, vocab) — over a GPT-2 style decoder or (model_type=1) a T5/BART style
+    encoder and decoder; see the module docstring for onnxruntime's conventions."""
 
     MIN_LENGTH = 2
     REPETITION = 6
@@ -314,13 +373,123 @@ class BeamSearch(_Generation):
     PREFIX_MASK = 8
     ATTENTION = 9
 
+    MODEL_TYPES = (0, 1, 2)
+    MODEL_TYPE_NOTE = "0: GPT-2 style decoder, 1: T5/BART style, 2: Whisper"
+    DECODER_INPUT_IDS = 10  # model_type=2: the decoder's prompt (WhisperBeamSearch's input)
+
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.early_stopping = bool(info.attr("early_stopping", 0))
 
+    # -- model_type=1/2: T5/BART style or Whisper encoder and decoder ------------------
+    def _check_encoder_decoder(self, info: KernelInfo, body: onnx.GraphProto) -> None:
+        """onnxruntime's conventions (subgraph_t5_encoder.cc / subgraph_t5_decoder.cc, the
+        encoder format with ``decoder_input_ids``; subgraph_whisper_*.cc, the same without the
+        attention masks): the encoder runs the first decoder step."""
+        encoder = info.attr("encoder")
+        if not isinstance(encoder, onnx.GraphProto):
+            raise InvalidGraph(f"{self.where()}: model_type={self.model_type} needs the encoder graph attribute")
+        e_in, e_out = [i.name for i in encoder.input], [o.name for o in encoder.output]
+        whisper = self.model_type == 2
+        mask = [] if whisper else ["encoder_attention_mask"]
+        if e_in != ["encoder_input_ids", *mask, "decoder_input_ids"]:
+            raise InvalidGraph(f"{self.where()}: the encoder must take encoder_input_ids, {', '.join(mask + [''])}"
+                               f"decoder_input_ids (the format without decoder_input_ids, whose encoder gives only "
+                               f"the cross-attention state, is not supported); it takes {e_in}")
+        layers = (len(e_out) - 2) // 4
+        want = ["logits", "encoder_hidden_states"] + [
+            f"present_{kv}_{kind}_{i}" for kind in ("self", "cross") for i in range(layers) for kv in ("key", "value")]
+        if layers < 1 or e_out != want:
+            raise InvalidGraph(f"{self.where()}: the encoder must give {want or 'logits, encoder_hidden_states, '}"
+                               f"present_key_self_0.. then present_key_cross_0..; it gives {e_out}")
+        d_in, d_out = [i.name for i in body.input], [o.name for o in body.output]
+        self.hidden = "encoder_hidden_states" in d_in[1:3]
+        past = [f"past_{name[len('present_'):]}" for name in want[2:]]
+        d_want = ["input_ids", *mask, *(["encoder_hidden_states"] if self.hidden else []), *past]
+        if d_in != d_want or d_out != ["logits", *want[2 : 2 + 2 * layers]]:
+            raise InvalidGraph(f"{self.where()}: the decoder must take {d_want} and give logits, present_*_self_*; "
+                               f"it takes {d_in} and gives {d_out} (past and present buffers shared through "
+                               "past_sequence_length are not supported)")
+        self.start = int(info.attr("decoder_start_token_id", -1))
+        if self.start < 0 and not (whisper and info.has_input(self.DECODER_INPUT_IDS)):
+            raise InvalidGraph(f"{self.where()}: model_type={self.model_type} needs decoder_start_token_id >= 0 "
+                               "(the encoder's decoder_input_ids) unless the decoder_input_ids input is given")
+        ids = body.input[0].type.tensor_type.shape.dim
+        # onnxruntime feeds the whole sequence unless input_ids is declared (batch, 1)
+        self.whole_sequence = not (len(ids) == 2 and ids[1].HasField("dim_value") and ids[1].dim_value == 1)
+        self.layers = layers
+        self.encoder = info.subgraph("encoder")
+
+    def _encoder_mask(self, inputs: tuple[Any, ...], ids: np.ndarray) -> np.ndarray:
+        mask = self._optional(inputs, self.ATTENTION)
+        if mask is None:
+            # onnxruntime's CreateEncoderInputs: 0 only for the leading (left) pad tokens
+            return (np.cumsum(ids != self.pad, axis=1) > 0).astype(np.int32)
+        if mask.shape != ids.shape:
+            raise ValueError(f"attention_mask must be shaped like input_ids {ids.shape}, got {mask.shape}")
+        return mask.astype(np.int32)
+
+    def _decoder_prompt(self, inputs: tuple[Any, ...], batch: int) -> np.ndarray:
+        """The decoder's first tokens: Whisper's decoder_input_ids input, else the start token."""
+        given = self._optional(inputs, self.DECODER_INPUT_IDS) if self.model_type == 2 else None
+        if given is None:
+            return np.full((batch, 1), self.start, np.int32)
+        if given.ndim != 2 or given.shape[0] != batch or given.shape[1] == 0:
+            raise ValueError(f"decoder_input_ids must be shaped ({batch}, length >= 1), got {given.shape}")
+        return given.astype(np.int32)
+
+    def _begin(self, inputs: tuple[Any, ...], ids: np.ndarray, beams: int,
+               outer: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+        """The starting sequences (batch*beams rows) and the loop's state: for model_type=1/2
+        the encoder's outputs (its logits are the first step's)."""
+        if self.model_type == 0:
+            feeds, positions = self._first_feeds(ids, self._optional(inputs, self.ATTENTION), beams)
+            return feeds[0], {"feeds": feeds, "positions": positions}
+        start = self._decoder_prompt(inputs, ids.shape[0])
+        if self.model_type == 1:
+            mask = [self._encoder_mask(inputs, ids)]
+            ids = ids.astype(np.int32)
+        else:
+            mask = []
+        check_terminated(self.info.node_name)
+        outs = [np.repeat(self.host(o), beams, axis=0) for o in self.encoder.run([ids, *mask, start], outer)]
+        rows = ids.shape[0] * beams
+        static = [*(np.repeat(m, beams, axis=0) for m in mask), *([outs[1]] if self.hidden else [])]
+        n_self = 2 * self.layers
+        return np.repeat(start, beams, axis=0), {
+            "first": (self._last_logits(outs[0], rows), outs[2 : 2 + n_self]),
+            "static": static, "cross": outs[2 + n_self :]}
+
+    def _logits(self, state: dict[str, Any], outer: dict[str, Any], rows: int) -> tuple[np.ndarray, list[Any]]:
+        first = state.pop("first", None)
+        return first if first is not None else self._step(state["feeds"], outer, rows)
+
+    def _feed(self, state: dict[str, Any], seqs: np.ndarray, tokens: np.ndarray, picked: np.ndarray,
+              presents: list[Any]) -> None:
+        """The decoder's next inputs, past state reordered to the chosen beams."""
+        if self.model_type == 0:
+            state["feeds"] = self._next_feeds(state["feeds"], tokens, state["positions"],
+                                              [p[:, picked] for p in presents])
+            state["positions"] = state["positions"] + 1
+            return
+        ids = seqs if self.whole_sequence else tokens.reshape(-1, 1)
+        state["feeds"] = [ids.astype(np.int32), *state["static"], *[p[picked] for p in presents], *state["cross"]]
+
     def compute(self, *inputs: Any) -> tuple[Any, ...]:
-        ids, max_length = self._prompt(inputs)
-        batch, prompt = ids.shape
+        if self.model_type == 2:  # input_ids: the audio features (batch, features, frames)
+            ids = self.host(inputs[0])
+            if ids.ndim != 3:
+                raise ValueError(f"input_ids (the audio features) must be 3-D, got shape {ids.shape}")
+            prompt = self._decoder_prompt(inputs, ids.shape[0]).shape[1]
+            max_length = self._scalar(inputs, 1, None, int)
+            if max_length is None or max_length <= prompt:
+                raise ValueError(f"max_length ({max_length}) must exceed the decoder prompt's length ({prompt})")
+        else:
+            if np.dtype(inputs[0].dtype).kind == "f":
+                raise ValueError(f"input_ids must hold token ids (int32) for model_type={self.model_type}")
+            ids, max_length = self._prompt(inputs, 1 if self.model_type else None)
+            prompt = 1 if self.model_type else ids.shape[1]
+        batch = ids.shape[0]
         beams = self._scalar(inputs, 3, 1, int)
         n_return = self._scalar(inputs, 4, 1, int)
         length_penalty = self._scalar(inputs, 5, 1.0, np.float32)
@@ -331,8 +500,7 @@ class BeamSearch(_Generation):
             raise ValueError("the logits_processor input (Whisper timestamps) is not supported")
         rows = batch * beams
         outer = self._outer(inputs)
-        feeds, positions = self._first_feeds(ids, self._optional(inputs, self.ATTENTION), beams)
-        seqs = feeds[0]
+        seqs, state = self._begin(inputs, ids, beams, outer)
         hyps = [_Hypotheses(beams, float(length_penalty)) for _ in range(batch)]
         beam_scores = np.zeros((batch, beams), np.float32)
         beam_scores[:, 1:] = -1e9
@@ -342,7 +510,7 @@ class BeamSearch(_Generation):
         step = 0
         while seqs.shape[1] < max_length:
             step += 1
-            logits, presents = self._step(feeds, outer, rows)
+            logits, presents = self._logits(state, outer, rows)
             vocab = logits.shape[1]
             if proc is None:
                 proc = self._processors(inputs, batch, vocab)
@@ -356,10 +524,13 @@ class BeamSearch(_Generation):
             top_scores = np.take_along_axis(flat, top, axis=1)
             beam_scores, tokens, picked = self._advance(hyps, seqs, top_scores, top // vocab, top % vocab, beams)
             seqs = np.concatenate([seqs[picked], tokens[:, None]], axis=1)
-            if all(h.done for h in hyps) or seqs.shape[1] == max_length:
+            # onnxruntime's T5 loop does not look at the scorer after the encoder's step
+            stop = all(h.done for h in hyps) and not (self.model_type and step == 1)
+            if stop or seqs.shape[1] == max_length:
                 break
-            feeds = self._next_feeds(feeds, tokens, positions, [p[:, picked] for p in presents])
-            positions = positions + 1
+            # a done batch's rows copy row 0 (onnxruntime's beam index 0); with one beam
+            # onnxruntime passes the past state on without reordering it
+            self._feed(state, seqs, tokens, picked if beams > 1 else np.arange(rows), presents)
         return self._finalize(hyps, seqs, beam_scores, all_scores, max_length, prompt, n_return, beams)
 
     def _advance(self, hyps: list[_Hypotheses], seqs: np.ndarray, top_scores: np.ndarray, top_beams: np.ndarray,
@@ -508,3 +679,39 @@ class Sampling(GreedySearch):
     def _outputs(self, sequences: np.ndarray, proc: dict[str, Any] | None) -> tuple[Any, ...]:
         # onnxruntime's CPU kernel never writes filtered_logits (its session returns None)
         return (self.xp.asarray(sequences), None)[: max(len(self.info.output_names), 1)]
+
+
+_WHISPER_SIG = (("F", "I", "I", "I", "I", "T", "T", "M", "M", "I", "I", "I", "I", "I", "T"), ("I", "T", "T", "T", "T"))
+
+
+@library.define("WhisperBeamSearch", 1, domain=MS, types={"T": (np.float32,), "F": (np.float32,), "I": _I32, "M": _I32},
+                signature=_WHISPER_SIG)
+class WhisperBeamSearch(BeamSearch):
+    """Beam search over a Whisper encoder (audio features) and decoder: BeamSearch's
+    ``model_type=2`` with the decoder prompt as the ``decoder_input_ids`` input. The
+    alignment-head outputs (``cross_qk``, ``non_speech_probs``) and the inputs feeding them
+    or the timestamp processor (``cross_qk_layer_head``, ``extra_decoding_ids``, a non-zero
+    ``logits_processor``) are refused."""
+
+    MODEL_TYPES = (2,)
+    MODEL_TYPE_NOTE = "WhisperBeamSearch runs a Whisper encoder and decoder"
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        for index, name in ((12, "cross_qk_layer_head"), (13, "extra_decoding_ids")):
+            if info.has_input(index):
+                raise InvalidGraph(f"{self.where()}: the {name} input is not supported")
+        for index, name in ((3, "cross_qk"), (4, "non_speech_probs")):
+            if index < len(info.output_names) and info.output_names[index]:
+                raise InvalidGraph(f"{self.where()}: the {name} output is not supported")
+
+    def _processors(self, inputs: tuple[Any, ...], batch: int, vocab: int) -> dict[str, Any]:
+        temperature = self._scalar(inputs, 14, 1.0, np.float32)
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        return {**super()._processors(inputs, batch, vocab), "temperature": temperature}
+
+    def _process_more(self, scores: np.ndarray, proc: dict[str, Any]) -> None:
+        # onnxruntime's temperature processor, after the others, on the log-softmax scores
+        if proc["temperature"] != 1.0:
+            scores /= proc["temperature"]

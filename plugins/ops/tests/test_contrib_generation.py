@@ -1,4 +1,4 @@
-"""Tests of the com.microsoft generation loops (GreedySearch, BeamSearch) against onnxruntime.
+"""Tests of the com.microsoft generation loops (GreedySearch, BeamSearch, Sampling) against onnxruntime.
 
 The decoder is a tiny GPT-2 style graph (embedding Gather, a tanh layer, logits MatMul)
 whose logits depend on the current token, its position and a masked sum over the past
@@ -313,6 +313,382 @@ def test_random_engine_matches_libstdcxx():
     assert _MinStd0(0).state == 1 and 0.0 <= _MinStd0(3).uniform() < 1.0
 
 
+# ------------------------------------------------------------------------- BeamSearch model_type=1
+# A T5-style pair in onnxruntime's encoder format with decoder_input_ids: the encoder embeds
+# the prompt (hidden states, cross-attention key/values per layer) and runs the first
+# decoder step; the decoder's logits depend on its token, the masked cross state, the
+# hidden states, the self state summed over positions and the previous token's key (so the
+# order of the generated tokens matters, and beams rarely tie).
+T5H, T5HS, T5_START = 2, 2, 1
+T5D = T5H * T5HS
+
+
+def _t5_weights(seed, eos_bias=0.0):
+    rng = np.random.default_rng(100 + seed)
+    return {
+        "enc_emb": rng.normal(0, 1.0, (V, T5D)).astype(np.float32),
+        "dec_emb": rng.normal(0, 1.5, (V, T5D)).astype(np.float32),
+        "wk": rng.normal(0, 1.0, (T5D, T5D)).astype(np.float32),
+        "wv": rng.normal(0, 1.0, (T5D, T5D)).astype(np.float32),
+        "ck": rng.normal(0, 1.0, (T5D, T5D)).astype(np.float32),
+        "cv": rng.normal(0, 1.0, (T5D, T5D)).astype(np.float32),
+        "w1": rng.normal(0, 1.0, (T5D, T5D)).astype(np.float32),
+        "w2": rng.normal(0, 2.0, (T5D, V)).astype(np.float32),
+        "b2": (np.where(np.arange(V) == PAD, -30.0, 0.0) + np.where(np.arange(V) == EOS, eos_bias, 0.0)).astype(np.float32),
+        "heads4": np.array([0, 0, T5H, T5HS], np.int64),
+        "flat3": np.array([0, 1, T5D], np.int64),
+        "ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64),
+        "ax13": np.array([1, 3], np.int64), "ax2only": np.array([2], np.int64),
+        "c03": np.array(0.3, np.float32), "c05": np.array(0.5, np.float32), "c02": np.array(0.2, np.float32),
+        "last_s": np.array([-1], np.int64), "last_e": np.array([2**31], np.int64),
+        "prev_s": np.array([-2], np.int64), "prev_e": np.array([-1], np.int64),
+    }
+
+
+def _t5_heads(x, out, w):
+    """(B, S, D) @ w -> (B, T5H, S, HS)"""
+    return [helper.make_node("MatMul", [x, w], [out + "_m"]),
+            helper.make_node("Reshape", [out + "_m", "heads4"], [out + "_r"]),
+            helper.make_node("Transpose", [out + "_r"], [out], perm=[0, 2, 1, 3])]
+
+
+def _t5_flat(x, out):
+    """(B, T5H, T, HS) summed over T -> (B, 1, D)"""
+    return [helper.make_node("ReduceSum", [x, "ax2only"], [out + "_s"], keepdims=1),  # (B,H,1,HS)
+            helper.make_node("Transpose", [out + "_s"], [out + "_t"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", [out + "_t", "flat3"], [out])]
+
+
+def _t5_step(n_layers, ids, pre, hidden, mask, past_self, past_cross, present_names, logits, seq_input=False):
+    """Nodes of one decoder step: token ``ids`` (B,1) -> logits and presents."""
+    nodes = []
+    if seq_input:
+        nodes.append(helper.make_node("Slice", [ids, "last_s", "last_e", "ax1"], [pre + "ids1"]))
+        ids = pre + "ids1"
+    nodes += [helper.make_node("Gather", ["dec_emb", ids], [pre + "e"]),  # (B,1,D)
+              helper.make_node("Cast", [mask], [pre + "mf"], to=TensorProto.FLOAT),
+              helper.make_node("Unsqueeze", [pre + "mf", "ax13"], [pre + "m4"]),  # (B,1,S,1)
+              helper.make_node("Unsqueeze", [pre + "mf", "ax2"], [pre + "m3"])]  # (B,S,1)
+    acc = pre + "e"
+    if hidden:
+        # only the shape of encoder_hidden_states (its frame count): onnxruntime feeds the
+        # decoder an expanded buffer it never fills (ExpandBuffer with only_copy_shape), as
+        # the decoders its convert tools export use it for its shape only
+        nodes += [helper.make_node("Shape", [hidden], [pre + "hshape"], start=1, end=2),
+                  helper.make_node("Cast", [pre + "hshape"], [pre + "hsf"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", [pre + "hsf", "c02"], [pre + "hs2"]),
+                  helper.make_node("Add", [pre + "e", pre + "hs2"], [pre + "acc0"])]
+        acc = pre + "acc0"
+    for i in range(n_layers):
+        p = f"{pre}l{i}_"
+        nodes += _t5_heads(pre + "e", p + "kn", "wk") + _t5_heads(pre + "e", p + "vn", "wv")
+        nodes += [helper.make_node("Concat", [past_self[2 * i], p + "kn"], [present_names[2 * i]], axis=2),
+                  helper.make_node("Concat", [past_self[2 * i + 1], p + "vn"], [present_names[2 * i + 1]], axis=2),
+                  helper.make_node("Mul", [past_cross[2 * i], pre + "m4"], [p + "ckm"]),
+                  helper.make_node("Mul", [past_cross[2 * i + 1], pre + "m4"], [p + "cvm"]),
+                  helper.make_node("Mul", [present_names[2 * i], present_names[2 * i + 1]], [p + "kv"])]
+        # the previous token's key (none at the first step) makes the logits depend on the order
+        nodes.append(helper.make_node("Slice", [present_names[2 * i], "prev_s", "prev_e", "ax2"], [p + "prev"]))
+        nodes += _t5_flat(p + "kv", p + "sf") + _t5_flat(p + "ckm", p + "cf") + _t5_flat(p + "cvm", p + "vf")
+        nodes += _t5_flat(p + "prev", p + "pf")
+        acc_in = [p + "pf"]
+        nodes += [helper.make_node("Mul", [p + "sf", "c03"], [p + "sf3"]),
+                  helper.make_node("Mul", [p + "cf", "c05"], [p + "cf5"]),
+                  helper.make_node("Sum", [acc, p + "sf3", p + "cf5", p + "vf", *acc_in], [p + "acc"])]
+        acc = p + "acc"
+    nodes += [helper.make_node("MatMul", [acc, "w1"], [pre + "h2"]),
+              helper.make_node("Tanh", [pre + "h2"], [pre + "h3"]),
+              helper.make_node("MatMul", [pre + "h3", "w2"], [pre + "z"]),
+              helper.make_node("Add", [pre + "z", "b2"], [logits])]
+    return nodes
+
+
+def _f32(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _i32v(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.INT32, shape)
+
+
+def _t5_graphs(seed=0, n_layers=1, outer_weights=False, seq_input=False, with_hidden=True, eos_bias=0.0):
+    """(encoder, decoder, outer initializers): a T5-style pair in onnxruntime's old
+    encoder format (the encoder also runs the first decoder step)."""
+    inits = [numpy_helper.from_array(v, k) for k, v in _t5_weights(seed, eos_bias).items()]
+    selfk = [f"{kv}_self_{i}" for i in range(n_layers) for kv in ("key", "value")]
+    crossk = [f"{kv}_cross_{i}" for i in range(n_layers) for kv in ("key", "value")]
+    # encoder
+    enodes = [helper.make_node("Gather", ["enc_emb", "encoder_input_ids"], ["eh0"]),
+              helper.make_node("Tanh", ["eh0"], ["encoder_hidden_states"])]
+    for i in range(n_layers):
+        enodes += _t5_heads("encoder_hidden_states", f"present_key_cross_{i}", "ck")
+        enodes += _t5_heads("encoder_hidden_states", f"present_value_cross_{i}_pre", "cv")
+        enodes.append(helper.make_node("Mul", [f"present_value_cross_{i}_pre", "c05"], [f"present_value_cross_{i}"]))
+    enodes.append(helper.make_node("Slice", ["present_key_cross_0", "ax1", "ax1", "ax2"], ["empty_self"]))  # (B,H,0,HS)
+    enodes += _t5_step(n_layers, "decoder_input_ids", "s_", "encoder_hidden_states", "encoder_attention_mask",
+                    ["empty_self"] * (2 * n_layers), ["present_" + c for c in crossk],
+                    ["present_" + s for s in selfk], "logits")
+    enc_in = [_i32v("encoder_input_ids", ["B", "S"]), _i32v("encoder_attention_mask", ["B", "S"]),
+              _i32v("decoder_input_ids", ["B", 1])]
+    enc_out = [_f32("logits", ["B", 1, V]), _f32("encoder_hidden_states", ["B", "S", T5D])]
+    enc_out += [_f32("present_" + s, ["B", T5H, 1, T5HS]) for s in selfk]
+    enc_out += [_f32("present_" + c, ["B", T5H, "S", T5HS]) for c in crossk]
+    body = [] if outer_weights else inits
+    encoder = helper.make_graph(enodes, "encoder", enc_in, enc_out, initializer=list(body))
+    # decoder
+    dnodes = _t5_step(n_layers, "input_ids", "d_", "encoder_hidden_states" if with_hidden else "", "encoder_attention_mask",
+                   ["past_" + s for s in selfk], ["past_" + c for c in crossk], ["present_" + s for s in selfk],
+                   "logits", seq_input)
+    dec_in = [_i32v("input_ids", ["B", "T" if seq_input else 1]), _i32v("encoder_attention_mask", ["B", "S"])]
+    if with_hidden:
+        dec_in.append(_f32("encoder_hidden_states", ["B", "S", T5D]))
+    dec_in += [_f32("past_" + s, ["B", T5H, "P", T5HS]) for s in selfk]
+    dec_in += [_f32("past_" + c, ["B", T5H, "S", T5HS]) for c in crossk]
+    dec_out = [_f32("logits", ["B", 1, V])] + [_f32("present_" + s, ["B", T5H, "P1", T5HS]) for s in selfk]
+    decoder = helper.make_graph(dnodes, "decoder", dec_in, dec_out, initializer=list(body))
+    return encoder, decoder, (inits if outer_weights else [])
+
+
+def _t5_model(op, feeds, seed=0, n_out=2, encoder=None, decoder=None, outer=(), **attrs):
+    """The generation node (model_type=1) over the T5-style pair in a model."""
+    if encoder is None:
+        encoder, decoder, outer = _t5_graphs(seed)
+    order = (["input_ids", "max_length", "min_length", "num_beams", "num_return_sequences", "length_penalty",
+              "repetition_penalty", "vocab_mask", "prefix_vocab_mask", "attention_mask"] if op == "BeamSearch" else
+             ["input_ids", "max_length", "min_length", "repetition_penalty", "vocab_mask", "prefix_vocab_mask",
+              "attention_mask"])
+    names = [n if n in feeds else "" for n in order]
+    while names[-1] == "":
+        names.pop()
+    outs = ["sequences", "sequences_scores", "scores"][:n_out]
+    attrs = {"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 1, "decoder_start_token_id": T5_START, **attrs}
+    node = helper.make_node(op, names, outs, name="gen", domain="com.microsoft", encoder=encoder, decoder=decoder,
+                            **attrs)
+    elem = {np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float32): TensorProto.FLOAT}
+    graph = helper.make_graph(
+        [node], "gen",
+        [helper.make_tensor_value_info(k, elem[np.asarray(v).dtype], list(np.shape(v))) for k, v in feeds.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outs], initializer=list(outer))
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                    helper.make_opsetid("com.microsoft", 1)])
+    return model.SerializeToString()
+
+T5_PROMPT = np.array([[PAD, 5, 9, 4], [4, 7, 2, PAD]], np.int32)  # left padding, and a trailing pad token
+T5_MASK = np.array([[0, 1, 1, 1], [1, 1, 1, 1]], np.int32)
+
+
+def _t5_feeds(beams: int, n_return: int, max_length: int, **extra) -> dict:
+    return {"input_ids": T5_PROMPT, "max_length": i32(max_length), "min_length": i32(1), "num_beams": i32(beams),
+            "num_return_sequences": i32(n_return), "length_penalty": np.array([1.0], np.float32),
+            "repetition_penalty": np.array([1.0], np.float32), **extra}
+
+
+@pytest.mark.parametrize("beams,n_return", [(1, 1), (2, 2), (4, 2)])
+@pytest.mark.parametrize("max_length", [3, 8])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_t5_beam_search(beams, n_return, max_length, seed):
+    feeds = _t5_feeds(beams, n_return, max_length)
+    _check(_t5_model("BeamSearch", feeds, seed, n_out=3), feeds)
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"min_length": i32(5)},
+    {"repetition_penalty": np.array([1.6], np.float32)},
+    {"attention_mask": T5_MASK},
+    {"length_penalty": np.array([0.5], np.float32)},
+], ids=["plain", "min_length", "repetition", "attention_mask", "lp0.5"])
+@pytest.mark.parametrize("early", [0, 1])
+@pytest.mark.parametrize("beams", [1, 2, 4])
+def test_t5_beam_search_eos_and_options(extra, early, beams):
+    # the eos token's logit raised so that beams and whole batches finish early
+    finished = 0
+    for seed in range(4):
+        encoder, decoder, outer = _t5_graphs(seed, eos_bias=3.0 if beams == 1 else 5.0)
+        feeds = _t5_feeds(beams, min(2, beams), 9, **extra)
+        got = _check(_t5_model("BeamSearch", feeds, n_out=3, encoder=encoder, decoder=decoder, outer=outer,
+                               early_stopping=early), feeds)
+        finished += int((got[0][..., 2:] == PAD).any())
+        if "min_length" in extra:  # eos barred while the sequence (start token included) is shorter than 5
+            assert (got[0][..., :5] != PAD).all()
+    assert finished >= 1 or "min_length" in extra
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])  # seed 1 leads the toy model to beams tied within float rounding
+@pytest.mark.parametrize("beams", [1, 3])
+@pytest.mark.parametrize("with_hidden", [True, False])
+def test_t5_whole_sequence_two_layers_outer_weights(seed, beams, with_hidden):
+    # a decoder whose input_ids is (batch, sequence) gets the whole sequence each step
+    # (onnxruntime's use_sequence_as_input_ids); weights in the main graph; masks and n-grams;
+    # with and without the decoder's encoder_hidden_states input
+    encoder, decoder, outer = _t5_graphs(seed, n_layers=2, outer_weights=True, seq_input=True, eos_bias=2.0,
+                                         with_hidden=with_hidden)
+    feeds = _t5_feeds(beams, 1, 10, vocab_mask=np.array([1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1], np.int32),
+                      prefix_vocab_mask=np.array([[1] * 12, [1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1]], np.int32))
+    _check(_t5_model("BeamSearch", feeds, n_out=3, encoder=encoder, decoder=decoder, outer=outer,
+                     no_repeat_ngram_size=2), feeds)
+
+
+def test_t5_max_length_two_is_the_encoder_step():
+    # onnxruntime skips the encoder's step when max_length == 2 and runs the decoder on
+    # feeds it never wrote (garbage, or an out-of-range Gather); onyxrt takes the encoder's step
+    got = onyxrt.InferenceSession(_t5_model("BeamSearch", _t5_feeds(1, 1, 2))).run(None, _t5_feeds(1, 1, 2))
+    ref = onyxrt.InferenceSession(_t5_model("BeamSearch", _t5_feeds(1, 1, 3))).run(None, _t5_feeds(1, 1, 3))
+    assert got[0].shape == (2, 1, 2)
+    np.testing.assert_array_equal(got[0], ref[0][..., :2])
+    assert (got[0][..., 0] == T5_START).all()
+
+
+def test_gpt_one_beam_done_batch_keeps_its_past():
+    # with one beam onnxruntime passes the past state on without reordering it, while the
+    # sequences of a finished batch copy row 0 (what the repetition penalty then reads)
+    finished = 0
+    for seed in range(12):
+        feeds = {"input_ids": PROMPT2, "max_length": i32(12), "num_beams": i32(1), "num_return_sequences": i32(1),
+                 "repetition_penalty": np.array([1.5], np.float32)}
+        got = _check(_model("BeamSearch", feeds, _decoder(seed)[0], n_out=3), feeds)
+        finished += int((got[0][:, :, 3:] == PAD).any())
+    assert finished >= 2
+
+
+def test_t5_refusals():
+    feeds = {"input_ids": T5_PROMPT, "max_length": i32(8)}
+    encoder, decoder, _ = _t5_graphs()
+    with pytest.raises(InvalidGraph, match="GreedySearch and Sampling run only model_type=0"):
+        onyxrt.InferenceSession(_t5_model("GreedySearch", feeds, n_out=1))
+    bfeeds = _t5_feeds(2, 1, 8)
+    with pytest.raises(InvalidGraph, match="model_type=3 is not supported"):
+        onyxrt.InferenceSession(_t5_model("BeamSearch", bfeeds, model_type=3))
+    with pytest.raises(InvalidGraph, match="the encoder must take encoder_input_ids, decoder_input_ids"):
+        onyxrt.InferenceSession(_t5_model("BeamSearch", bfeeds, model_type=2))  # T5 graphs as Whisper's
+    with pytest.raises(InvalidGraph, match="decoder_start_token_id"):
+        onyxrt.InferenceSession(_t5_model("BeamSearch", bfeeds, decoder_start_token_id=-1))
+    two = onnx.GraphProto()
+    two.CopyFrom(encoder)
+    del two.input[2]  # the newer format (its encoder makes no first step): here a constant start token
+    two.node.insert(0, helper.make_node("Constant", [], ["decoder_input_ids"],
+                                        value=numpy_helper.from_array(np.ones((2, 1), np.int32))))
+    with pytest.raises(InvalidGraph, match="format without decoder_input_ids"):
+        onyxrt.InferenceSession(_t5_model("BeamSearch", bfeeds, encoder=two, decoder=decoder))
+    bad = onnx.GraphProto()
+    bad.CopyFrom(decoder)
+    bad.input.append(helper.make_tensor_value_info("past_sequence_length", TensorProto.INT32, [1]))
+    with pytest.raises(InvalidGraph, match="the decoder must take"):
+        onyxrt.InferenceSession(_t5_model("BeamSearch", bfeeds, encoder=encoder, decoder=bad))
+    model = onnx.load_from_string(_t5_model("BeamSearch", bfeeds))
+    attrs = model.graph.node[0].attribute
+    del attrs[[a.name for a in attrs].index("encoder")]
+    with pytest.raises(InvalidGraph, match="needs the encoder"):
+        onyxrt.InferenceSession(model.SerializeToString())
+
+
+# ------------------------------------------------------------------------- Whisper (model_type=2)
+WF = 5  # audio features per frame
+
+
+def _whisper_graphs(seed: int = 0, eos_bias: float = 0.0) -> tuple[onnx.GraphProto, onnx.GraphProto]:
+    """The T5-style pair made Whisper's: the encoder embeds audio features (batch, WF,
+    frames) and takes decoder_input_ids of any length; neither graph has a mask input (the
+    decoder makes one from the hidden states' shape)."""
+    encoder, decoder, _ = _t5_graphs(seed, eos_bias=eos_bias)
+    rng = np.random.default_rng(seed + 7)
+    del encoder.input[:]
+    encoder.input.extend([helper.make_tensor_value_info("encoder_input_ids", TensorProto.FLOAT, ["B", WF, "S"]),
+                          _i32v("decoder_input_ids", ["B", "L"])])
+    for o in encoder.output:  # one position per decoder_input_ids token
+        if o.name == "logits" or "self" in o.name:
+            dim = o.type.tensor_type.shape.dim[1 if o.name == "logits" else 2]
+            dim.Clear()
+            dim.dim_param = "L"
+    nodes = [n for n in encoder.node if n.output[0] != "eh0"]
+    del encoder.node[:]
+    encoder.node.extend([
+        helper.make_node("Transpose", ["encoder_input_ids"], ["feat_t"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["feat_t", "wf"], ["eh0"]),
+        helper.make_node("Shape", ["feat_t"], ["fshape"], start=0, end=2),
+        helper.make_node("ConstantOfShape", ["fshape"], ["encoder_attention_mask"],
+                         value=numpy_helper.from_array(np.ones(1, np.int32))),
+        *nodes])
+    encoder.initializer.append(numpy_helper.from_array(rng.normal(0, 1, (WF, T5D)).astype(np.float32), "wf"))
+    del decoder.input[1]
+    decoder.node.insert(0, helper.make_node("Shape", ["encoder_hidden_states"], ["hshape2"], start=0, end=2))
+    decoder.node.insert(1, helper.make_node("ConstantOfShape", ["hshape2"], ["encoder_attention_mask"],
+                                            value=numpy_helper.from_array(np.ones(1, np.int32))))
+    return encoder, decoder
+
+
+def _whisper_model(op: str, feeds: dict, encoder, decoder, n_out: int = 3, **attrs) -> bytes:
+    order = ["input_ids", "max_length", "min_length", "num_beams", "num_return_sequences", "length_penalty",
+             "repetition_penalty", "vocab_mask", "prefix_vocab_mask", "attention_mask", "decoder_input_ids",
+             "logits_processor", "cross_qk_layer_head", "extra_decoding_ids", "temperature"]
+    names = [n if n in feeds else "" for n in order]
+    while names[-1] == "":
+        names.pop()
+    outs = ["sequences", "sequences_scores", "scores", "cross_qk", "non_speech_probs"][:n_out]
+    attrs = {"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 2, "decoder_start_token_id": T5_START, **attrs}
+    node = helper.make_node(op, names, outs, name="gen", domain="com.microsoft", encoder=encoder, decoder=decoder,
+                            **attrs)
+    elem = {np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float32): TensorProto.FLOAT}
+    graph = helper.make_graph(
+        [node], "gen",
+        [helper.make_tensor_value_info(k, elem[np.asarray(v).dtype], list(np.shape(v))) for k, v in feeds.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outs])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                    helper.make_opsetid("com.microsoft", 1)])
+    return model.SerializeToString()
+
+
+FEATURES = np.random.default_rng(0).normal(0, 1, (2, WF, 4)).astype(np.float32)
+
+
+def _whisper_feeds(beams: int, **extra) -> dict:
+    return {"input_ids": FEATURES, "max_length": i32(9), "min_length": i32(1), "num_beams": i32(beams),
+            "num_return_sequences": i32(min(2, beams)), "length_penalty": np.array([1.0], np.float32),
+            "repetition_penalty": np.array([1.0], np.float32), **extra}
+
+
+_WHISPER_EXTRAS = {
+    "plain": {},
+    "prompt": {"decoder_input_ids": np.array([[1, 6, 7], [1, 2, 9]], np.int32)},
+    "min_length": {"min_length": i32(5)},
+    "repetition": {"repetition_penalty": np.array([1.5], np.float32)},
+    "temperature": {"temperature": np.array([0.5], np.float32)},  # WhisperBeamSearch's input only
+}
+
+
+@pytest.mark.parametrize("op,case", [(op, case) for op in ("WhisperBeamSearch", "BeamSearch") for case in _WHISPER_EXTRAS
+                                     if op == "WhisperBeamSearch" or case != "temperature"])
+@pytest.mark.parametrize("beams", [1, 2, 4])
+def test_whisper_beam_search(op, case, beams):
+    extra = _WHISPER_EXTRAS[case]
+    finished = 0
+    for seed in range(3):
+        for bias in (0.0, 5.0):
+            encoder, decoder = _whisper_graphs(seed, eos_bias=bias)
+            feeds = _whisper_feeds(beams, **extra)
+            got = _check(_whisper_model(op, feeds, encoder, decoder), feeds)
+            finished += int((got[0][..., 2:] == PAD).any())
+    assert finished >= 1 or "min_length" in extra
+
+
+def test_whisper_refusals():
+    encoder, decoder = _whisper_graphs()
+    with pytest.raises(InvalidGraph, match="cross_qk output"):
+        onyxrt.InferenceSession(_whisper_model("WhisperBeamSearch", _whisper_feeds(2), encoder, decoder, n_out=4))
+    feeds = _whisper_feeds(2, extra_decoding_ids=np.array([[5]], np.int32))
+    with pytest.raises(InvalidGraph, match="extra_decoding_ids"):
+        onyxrt.InferenceSession(_whisper_model("WhisperBeamSearch", feeds, encoder, decoder))
+    feeds = _whisper_feeds(2, logits_processor=i32(1))
+    with pytest.raises(Exception, match="logits_processor"):
+        onyxrt.InferenceSession(_whisper_model("WhisperBeamSearch", feeds, encoder, decoder)).run(None, feeds)
+    feeds = _whisper_feeds(2, temperature=np.array([0.0], np.float32))
+    with pytest.raises(Exception, match="temperature must be positive"):
+        onyxrt.InferenceSession(_whisper_model("WhisperBeamSearch", feeds, encoder, decoder)).run(None, feeds)
+    feeds = _whisper_feeds(2, decoder_input_ids=np.array([[1, 2]], np.int32))
+    with pytest.raises(Exception, match="decoder_input_ids must be shaped"):
+        onyxrt.InferenceSession(_whisper_model("WhisperBeamSearch", feeds, encoder, decoder)).run(None, feeds)
+
+
 # ------------------------------------------------------------------------- errors
 def test_refusals():
     feeds = {"input_ids": PROMPT, "max_length": i32(3)}
@@ -328,7 +704,7 @@ def test_refusals():
     with pytest.raises(Exception, match="vocab_mask must be shaped"):
         onyxrt.InferenceSession(_model("GreedySearch", feeds)).run(None, feeds)
     feeds = {"input_ids": PROMPT, "max_length": i32(8)}
-    with pytest.raises(InvalidGraph, match="model_type"):
+    with pytest.raises(InvalidGraph, match="model_type=1 is not supported"):
         onyxrt.InferenceSession(_model("GreedySearch", feeds, model_type=1))
     bad = _decoder()[0]
     bad.input[0].name = "ids"
@@ -355,7 +731,7 @@ class _SessionRunner(SubgraphRunner):
         return self.sess.run(None, dict(zip(self.input_names, inputs)))
 
 
-@pytest.mark.parametrize("op", ["GreedySearch", "BeamSearch", "Sampling"])
+@pytest.mark.parametrize("op", ["GreedySearch", "BeamSearch", "Sampling", "BeamSearchT5", "WhisperBeamSearch"])
 def test_simulated_cupy_matches_numpy(numpy_bound, op):
     from onyxrt_gpu.kernels._common import BACKEND
     from onyxrt_gpu.testing.simulated_cupy import install
@@ -367,7 +743,17 @@ def test_simulated_cupy_matches_numpy(numpy_bound, op):
     if op == "Sampling":
         feeds["seed"] = i32(9)
         attrs["top_p"] = 0.9
-    model = onnx.load_from_string(_model(op, feeds, n_out={"GreedySearch": 1, "BeamSearch": 3}.get(op, 1), **attrs))
+    if op == "BeamSearchT5":  # the encoder and decoder each run as their own session
+        feeds = _t5_feeds(3, 2, 8, repetition_penalty=np.array([1.3], np.float32))
+        encoder, decoder, _ = _t5_graphs(2, eos_bias=2.0)
+        model = onnx.load_from_string(_t5_model("BeamSearch", feeds, n_out=3, encoder=encoder, decoder=decoder))
+    elif op == "WhisperBeamSearch":
+        feeds = _whisper_feeds(3, temperature=np.array([0.7], np.float32),
+                               decoder_input_ids=np.array([[1, 6], [1, 2]], np.int32))
+        model = onnx.load_from_string(_whisper_model(op, feeds, *_whisper_graphs(1, eos_bias=3.0)))
+    else:
+        model = onnx.load_from_string(_model(op, feeds, n_out={"GreedySearch": 1, "BeamSearch": 3}.get(op, 1),
+                                             **attrs))
     node = model.graph.node[0]
 
     def run(bound):
