@@ -23,8 +23,7 @@ class KnownFailure:
 
 
 # Empty: ddddocr's default OCR model, listed here while com.microsoft::DynamicQuantizeLSTM had
-# no kernel, now runs (issue 21) — and differs from onnxruntime in its confidences, a wrong
-# result this list must not hide (docs/ecosystem.md says why it differs).
+# no kernel, now runs (issue 21) and matches onnxruntime exactly.
 KNOWN_FAILURES: tuple[KnownFailure, ...] = ()
 
 
