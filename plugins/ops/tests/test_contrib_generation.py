@@ -85,6 +85,23 @@ def _decoder(seed: int = 0, n_layers: int = 1, outer_weights: bool = False) -> t
     return graph, (inits if outer_weights else [])
 
 
+def _wrap(op: str, order: list[str], feeds: dict, outs: list[str], outer=(), **attrs) -> bytes:
+    """A model of one generation node: the feeds given, in the operator's input ``order``
+    (absent ones ""), and ``outs``; ``attrs`` include its subgraphs."""
+    names = [n if n in feeds else "" for n in order]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node(op, names, outs, name="gen", domain="com.microsoft", **attrs)
+    elem = {np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float32): TensorProto.FLOAT}
+    graph = helper.make_graph(
+        [node], "gen",
+        [helper.make_tensor_value_info(k, elem[np.asarray(v).dtype], list(np.shape(v))) for k, v in feeds.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outs], initializer=list(outer))
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                    helper.make_opsetid("com.microsoft", 1)])
+    return model.SerializeToString()
+
+
 def _model(op: str, feeds: dict, decoder=None, outer=(), n_out: int = 1, **attrs) -> bytes:
     """The generation node over ``decoder`` in a model; BeamSearch feeds get what
     onnxruntime requires in practice (as convert_generation writes them): the length and
@@ -99,20 +116,9 @@ def _model(op: str, feeds: dict, decoder=None, outer=(), n_out: int = 1, **attrs
               "attention_mask", "presence_mask", "seed"] if op in ("GreedySearch", "Sampling") else
              ["input_ids", "max_length", "min_length", "num_beams", "num_return_sequences", "length_penalty",
               "repetition_penalty", "vocab_mask", "prefix_vocab_mask", "attention_mask"])
-    names = [n if n in feeds else "" for n in order]
-    while names[-1] == "":
-        names.pop()
     outs = (["sequences", "filtered_logits"] if op == "Sampling" else ["sequences", "sequences_scores", "scores"])[:n_out]
-    attrs = {"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 0, **attrs}
-    node = helper.make_node(op, names, outs, name="gen", domain="com.microsoft", decoder=decoder, **attrs)
-    elem = {np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float32): TensorProto.FLOAT}
-    graph = helper.make_graph(
-        [node], "gen",
-        [helper.make_tensor_value_info(k, elem[np.asarray(v).dtype], list(np.shape(v))) for k, v in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outs], initializer=list(outer))
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                                    helper.make_opsetid("com.microsoft", 1)])
-    return model.SerializeToString()
+    return _wrap(op, order, feeds, outs, outer, decoder=decoder,
+                 **{"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 0, **attrs})
 
 
 def _run_both(model: bytes, feeds: dict) -> tuple[list, list]:
@@ -457,21 +463,10 @@ def _t5_model(op, feeds, seed=0, n_out=2, encoder=None, decoder=None, outer=(), 
               "repetition_penalty", "vocab_mask", "prefix_vocab_mask", "attention_mask"] if op == "BeamSearch" else
              ["input_ids", "max_length", "min_length", "repetition_penalty", "vocab_mask", "prefix_vocab_mask",
               "attention_mask"])
-    names = [n if n in feeds else "" for n in order]
-    while names[-1] == "":
-        names.pop()
     outs = ["sequences", "sequences_scores", "scores"][:n_out]
-    attrs = {"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 1, "decoder_start_token_id": T5_START, **attrs}
-    node = helper.make_node(op, names, outs, name="gen", domain="com.microsoft", encoder=encoder, decoder=decoder,
-                            **attrs)
-    elem = {np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float32): TensorProto.FLOAT}
-    graph = helper.make_graph(
-        [node], "gen",
-        [helper.make_tensor_value_info(k, elem[np.asarray(v).dtype], list(np.shape(v))) for k, v in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outs], initializer=list(outer))
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                                    helper.make_opsetid("com.microsoft", 1)])
-    return model.SerializeToString()
+    return _wrap(op, order, feeds, outs, outer, encoder=encoder, decoder=decoder,
+                 **{"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 1, "decoder_start_token_id": T5_START,
+                    **attrs})
 
 T5_PROMPT = np.array([[PAD, 5, 9, 4], [4, 7, 2, PAD]], np.int32)  # left padding, and a trailing pad token
 T5_MASK = np.array([[0, 1, 1, 1], [1, 1, 1, 1]], np.int32)
@@ -621,21 +616,10 @@ def _whisper_model(op: str, feeds: dict, encoder, decoder, n_out: int = 3, **att
     order = ["input_ids", "max_length", "min_length", "num_beams", "num_return_sequences", "length_penalty",
              "repetition_penalty", "vocab_mask", "prefix_vocab_mask", "attention_mask", "decoder_input_ids",
              "logits_processor", "cross_qk_layer_head", "extra_decoding_ids", "temperature"]
-    names = [n if n in feeds else "" for n in order]
-    while names[-1] == "":
-        names.pop()
     outs = ["sequences", "sequences_scores", "scores", "cross_qk", "non_speech_probs"][:n_out]
-    attrs = {"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 2, "decoder_start_token_id": T5_START, **attrs}
-    node = helper.make_node(op, names, outs, name="gen", domain="com.microsoft", encoder=encoder, decoder=decoder,
-                            **attrs)
-    elem = {np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float32): TensorProto.FLOAT}
-    graph = helper.make_graph(
-        [node], "gen",
-        [helper.make_tensor_value_info(k, elem[np.asarray(v).dtype], list(np.shape(v))) for k, v in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outs])
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                                    helper.make_opsetid("com.microsoft", 1)])
-    return model.SerializeToString()
+    return _wrap(op, order, feeds, outs, encoder=encoder, decoder=decoder,
+                 **{"eos_token_id": EOS, "pad_token_id": PAD, "model_type": 2, "decoder_start_token_id": T5_START,
+                    **attrs})
 
 
 FEATURES = np.random.default_rng(0).normal(0, 1, (2, WF, 4)).astype(np.float32)
