@@ -96,12 +96,6 @@ onyxrt_gelu_tanh(const float *x, float *y, idx n)
     }
 }
 
-/* x and y of an elementwise or row-wise call; `n` floats per row (1: elementwise). */
-typedef struct {
-    const float *x;
-    float *y;
-    idx n;
-} RowsCall;
 
 static void
 gelu_tanh_range(void *ctx, idx begin, idx end)
@@ -111,13 +105,8 @@ gelu_tanh_range(void *ctx, idx begin, idx end)
 }
 
 PyObject *
-py_gelu_tanh(PyObject *self, PyObject *args)
+elementwise_f32(PyObject *xo, PyObject *yo, void (*range)(void *, idx, idx), idx n_arg)
 {
-    (void)self;
-    PyObject *xo, *yo;
-    if (!PyArg_ParseTuple(args, "OO", &xo, &yo)) {
-        return NULL;
-    }
     enum { X, Y, VIEWS };
     Py_buffer views[VIEWS];
     memset(views, 0, sizeof(views));
@@ -131,11 +120,22 @@ py_gelu_tanh(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, 1};
-    parallel_for(gelu_tanh_range, &call, n, MIN_PARALLEL_FLOATS);
+    RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n_arg};
+    parallel_for(range, &call, n, MIN_PARALLEL_FLOATS);
     Py_END_ALLOW_THREADS
     release_all(views, VIEWS);
     Py_RETURN_NONE;
+}
+
+PyObject *
+py_gelu_tanh(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *yo;
+    if (!PyArg_ParseTuple(args, "OO", &xo, &yo)) {
+        return NULL;
+    }
+    return elementwise_f32(xo, yo, gelu_tanh_range, 1);
 }
 
 MULTIVERSION void

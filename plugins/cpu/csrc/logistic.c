@@ -28,8 +28,9 @@ onyxrt_logistic(const float *x, float *y, idx n)
         q = fmaf(q, v2, 1.70198817374094e-03f);
         q = fmaf(q, v2, 1.16817656904453e-01f);
         q = fmaf(q, v2, 9.93151921023180e-01f);
+        /* Clamped below only, as MLAS: 0 for large negative x, but 1.0000001 near 17.8. */
         const float r = p / q + 0.5f;
-        y[i] = CLAMP(r, 0.0f, 1.0f);
+        y[i] = r < 0.0f ? 0.0f : r;
     }
 }
 
@@ -54,17 +55,11 @@ onyxrt_tanh(const float *x, float *y, idx n)
     }
 }
 
-typedef struct {
-    const float *x;
-    float *y;
-    int tanh;
-} UnaryCall;
-
 static void
 unary_range(void *ctx, idx begin, idx end)
 {
-    const UnaryCall *c = (const UnaryCall *)ctx;
-    (c->tanh ? onyxrt_tanh : onyxrt_logistic)(c->x + begin, c->y + begin, end - begin);
+    const RowsCall *c = (const RowsCall *)ctx;  /* n: 1 for tanh, 0 for the sigmoid */
+    (c->n ? onyxrt_tanh : onyxrt_logistic)(c->x + begin, c->y + begin, end - begin);
 }
 
 PyObject *
@@ -76,22 +71,5 @@ py_logistic_tanh(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOp", &xo, &yo, &tanh_)) {
         return NULL;
     }
-    enum { X, Y, VIEWS };
-    Py_buffer views[VIEWS];
-    memset(views, 0, sizeof(views));
-    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
-        release_all(views, VIEWS);
-        return NULL;
-    }
-    const idx n = views[X].len / 4;
-    if (get_f32(yo, &views[Y], 1, n, "out") < 0) {
-        release_all(views, VIEWS);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    UnaryCall call = {(const float *)views[X].buf, (float *)views[Y].buf, tanh_};
-    parallel_for(unary_range, &call, n, MIN_PARALLEL_FLOATS);
-    Py_END_ALLOW_THREADS
-    release_all(views, VIEWS);
-    Py_RETURN_NONE;
+    return elementwise_f32(xo, yo, unary_range, tanh_ ? 1 : 0);
 }

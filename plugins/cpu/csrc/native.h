@@ -147,6 +147,18 @@ PyObject *py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *py_transpose(PyObject *self, PyObject *args);
 PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
 PyObject *py_logistic_tanh(PyObject *self, PyObject *args);
+
+/* x and y of an elementwise or row-wise call; `n` floats per row (1: elementwise), or a
+ * kernel's own parameter for elementwise ranges that need one. */
+typedef struct {
+    const float *x;
+    float *y;
+    idx n;
+} RowsCall;
+
+/* Check x and out (float32 buffers, out writable and as large as x) and run `range` over
+ * x's floats in parallel with RowsCall{x, out, n_arg}; None, or NULL with an exception. */
+PyObject *elementwise_f32(PyObject *xo, PyObject *yo, void (*range)(void *, idx, idx), idx n_arg);
 PyObject *py_epilogue(PyObject *self, PyObject *args);
 PyObject *py_depthwise(PyObject *self, PyObject *args);
 PyObject *py_maxpool(PyObject *self, PyObject *args);

@@ -189,6 +189,24 @@ def test_matmulinteger_per_row_and_per_column_zero_points():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(("adt", "bdt", "k"), [(np.uint8, np.int8, 3072), (np.uint8, np.uint8, 4099),
+                                               (np.int8, np.int8, 1000), (np.int8, np.uint8, 600)])  # fmt: skip
+@pytest.mark.parametrize("constant_b", [False, True], ids=["runtime-b", "constant-b"])
+def test_matmulinteger_is_exact_at_the_extremes_over_long_sums(adt, bdt, k, constant_b):
+    """The CPU multiplies in float32 over chunks of K: every partial sum must stay an exact
+    integer, also when every term is as large as 8 bits allow (rows of extremes, a K far
+    beyond one chunk), with a constant B shifted once or a B given at run time."""
+    rng = np.random.default_rng(8)
+    ai, bi = np.iinfo(adt), np.iinfo(bdt)
+    a = np.stack([np.full(k, ai.max), np.full(k, ai.min), rng.integers(ai.min, ai.max + 1, k)]).astype(adt)
+    b = np.stack([np.full(k, bi.min), np.full(k, bi.max), rng.integers(bi.min, bi.max + 1, k)], axis=1).astype(bdt)
+    az, bz = np.array(ai.min, adt), np.array(bi.max, bdt)
+    want = (a.astype(np.int64) - int(az)) @ (b.astype(np.int64) - int(bz))
+    got = ours("MatMulInteger", [a, b, az, bz], 10, constants=(1, 3) if constant_b else ())
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
 # ------------------------------------------------------------------- Einsum
 
 EINSUM_CASES = [

@@ -561,3 +561,22 @@ def test_c_transpose_rejects_bad_buffers():
         _native.transpose(x, 1 << 40, 1 << 40, x)
     with pytest.raises(ValueError):
         _native.transpose(x, -1, 4, x)
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Tanh"])
+def test_sigmoid_and_tanh_are_onnxruntimes_bit_for_bit(op):
+    """float32 Sigmoid and Tanh compute exactly what onnxruntime's CPU provider does (MLAS's
+    approximations with fused multiply-adds): quantized models turn a last-bit difference
+    into a whole quantization step (ddddocr's dynamically quantized OCR model did)."""
+    from kernel_cases import run_onnxruntime
+
+    x = np.concatenate([
+        (np.random.default_rng(0).standard_normal(200_000) * 8).astype(np.float32),
+        np.linspace(-25, 25, 500001, dtype=np.float32),  # both tails: MLAS clamps below only
+        np.array([np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 8.999, -8.999, 18.5, -18.5], np.float32),
+    ])
+    node = helper.make_node(op, ["x"], ["y"])
+    ours, (theirs,) = run_ours(node, 13, x)[0], run_onnxruntime(node, 13, [x])
+    assert ours.dtype == np.float32
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+    assert np.isnan(run_ours(node, 13, np.array([np.nan], np.float32))[0]).all()
