@@ -9,7 +9,8 @@ best of 9, OpenBLAS on one thread):
   [8, 1280] x [1000, 1280]^T 0.37 ms against the library's 0.83 ms; with a single row it
   gave other bits in concurrent runs than alone, tests/test_concurrency.py), and the
   library's steps written out (its per-call overhead: 4.7 us against 5.1 us for
-  [1, 16] x [8, 16]^T);
+  [1, 16] x [8, 16]^T), C's broadcast check remembered per pair of shapes and C added in
+  place (an 8-layer 256-wide MLP at batch 1, eight Gemm + Relu: 105 to 92 us per run);
 * MatMul — a batched (..., M, K) times a 2-D (K, N) as one GEMM over all rows rather than
   one per batch entry ([8, 128, 768] x [768, 768]: 11.7 ms against 12.2 ms, more with
   OpenBLAS's threads), a constant half-precision B converted to float32 once ([64, 256]
@@ -69,6 +70,7 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         super().__init__(info)
         self._b_src = src = info.constant(1)
         self._b_packed: np.ndarray | None = None
+        self._checked: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         if isinstance(src, np.ndarray) and src.ndim == 2:
             cdt = compute_dtype(src.dtype)
             self._b_packed = contiguous_transpose(src) if self.trans_b else np.ascontiguousarray(src, dtype=cdt)
@@ -93,9 +95,16 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         y = self.scaled(np.matmul(am.astype(cdt, copy=False), bm), self.alpha)
         if c is not None and self.beta != 0.0:
             cc = self.c_scaled if self.c_scaled is not None else self.scaled(c.astype(cdt, copy=False), self.beta)
-            if np.broadcast_shapes(cc.shape, y.shape) != y.shape:
-                raise ValueError(f"C of shape {cc.shape} does not broadcast to Y {y.shape}")
-            y = y + cc
+            # The broadcast check is remembered for the last pair of shapes (np.broadcast_shapes
+            # costs as much as a small product), and C is added in place: y is this call's own.
+            if (cc.shape, y.shape) != self._checked:
+                if np.broadcast_shapes(cc.shape, y.shape) != y.shape:
+                    raise ValueError(f"C of shape {cc.shape} does not broadcast to Y {y.shape}")
+                self._checked = (cc.shape, y.shape)
+            if y.dtype == cc.dtype and y.flags.writeable:
+                y += cc
+            else:
+                y = y + cc
         return (y.astype(a.dtype, copy=False),)
 
 
