@@ -147,6 +147,8 @@ PyObject *py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *py_transpose(PyObject *self, PyObject *args);
 PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
 PyObject *py_logistic_tanh(PyObject *self, PyObject *args);
+PyObject *py_qgemm_u8s8(PyObject *self, PyObject *args);
+PyObject *py_qgemm_supported(PyObject *self, PyObject *args);
 
 /* x and y of an elementwise or row-wise call; `n` floats per row (1: elementwise), or a
  * kernel's own parameter for elementwise ranges that need one. */

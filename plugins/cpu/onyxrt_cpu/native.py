@@ -40,6 +40,10 @@ __all__ = [
     "gelu_tanh",
     "logistic",
     "tanh",
+    "PackedInt8",
+    "QGEMM",
+    "pack_int8",
+    "qgemm_u8s8",
     "epilogue",
     "epilogue_ready",
     "depthwise2d",
@@ -149,8 +153,9 @@ def status() -> str:
     nchwc = ("NCHWc convolutions" if NCHWC_ENABLED
              else "NCHWc convolutions off: " + ("ONYXRT_CPU_NCHWC=0" if os.environ.get("ONYXRT_CPU_NCHWC") == "0"
                                                 else "this CPU has no AVX-512"))
+    int8 = "int8 GEMM (AVX-512 VNNI)" if QGEMM else "no int8 GEMM (this CPU has no AVX-512 VNNI)"
     return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
-            f"MaxPool, GELU, Softmax, LayerNormalization; {nchwc}; {gemm}) enabled")
+            f"MaxPool, GELU, Softmax, LayerNormalization, Sigmoid/Tanh; {nchwc}; {gemm}; {int8}) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:
@@ -195,6 +200,44 @@ def _logistic_tanh(x: np.ndarray, out: np.ndarray | None, is_tanh: bool) -> np.n
     y = np.empty_like(x) if out is None else out
     _native.logistic_tanh(x, y, is_tanh)
     return y
+
+
+@dataclass(frozen=True)
+class PackedInt8:
+    """An int8 (K, N) right operand packed for :func:`qgemm_u8s8` (csrc/qgemm.c's layout),
+    with its column sums (for the zero points' terms)."""
+
+    data: np.ndarray
+    shape: tuple[int, int]
+    column_sums: np.ndarray
+
+
+#: Whether :func:`qgemm_u8s8` runs here (the module built, the CPU with AVX-512 VNNI).
+QGEMM = ENABLED and hasattr(_native, "qgemm_supported") and bool(_native.qgemm_supported())
+
+
+def pack_int8(b: np.ndarray) -> PackedInt8 | None:
+    """``b`` (K, N) int8 packed for :func:`qgemm_u8s8`; ``None`` without the kernel."""
+    if not QGEMM or b.ndim != 2 or b.dtype != np.int8 or b.shape[0] >= 1 << 16:
+        return None
+    k, n = b.shape
+    k4, n64 = -(-k // 4), -(-n // 64) * 64
+    padded = np.zeros((k4 * 4, n64), np.int8)
+    padded[:k, :n] = b
+    # [N / 16][K / 4][16 columns][4 k]: one 64-byte load holds four k of sixteen columns.
+    data = np.ascontiguousarray(padded.reshape(k4, 4, n64 // 16, 16).transpose(2, 0, 3, 1))
+    return PackedInt8(data, (k, n), b.sum(axis=0, dtype=np.int32))
+
+
+def qgemm_u8s8(a: np.ndarray, b: PackedInt8) -> np.ndarray | None:
+    """``a @ b`` in int32 for a uint8 (M, K) ``a`` and a packed int8 ``b`` (raw sums: no
+    zero points); ``None`` when ``a`` does not qualify."""
+    if not QGEMM or a.ndim != 2 or a.dtype != np.uint8 or a.shape[1] != b.shape[0]:
+        return None
+    a = np.ascontiguousarray(a)
+    out = np.empty((a.shape[0], b.shape[1]), np.int32)
+    _native.qgemm_u8s8(a, b.data, out, a.shape[0], b.shape[1], b.shape[0])
+    return out
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray | None:

@@ -159,9 +159,12 @@ def test_matmul_float16_accumulates_in_float32():
 # ------------------------------------------------------------ MatMulInteger
 
 
+@pytest.mark.parametrize("constant_b", [False, True], ids=["runtime-b", "constant-b"])
 @pytest.mark.parametrize(("adt", "bdt"), [(np.uint8, np.uint8), (np.uint8, np.int8),
                                           (np.int8, np.int8), (np.int8, np.uint8)])  # fmt: skip
-def test_matmulinteger_matches_onnxruntime(adt, bdt):
+def test_matmulinteger_matches_onnxruntime(adt, bdt, constant_b):
+    """A constant B (the weights) takes the int8 kernel where the CPU has one (csrc/qgemm.c,
+    AVX-512 VNNI), a uint8 A or B shifted to u8 x s8; otherwise exact float32 GEMMs."""
     rng = np.random.default_rng(6)
 
     def rand(dt, shape):
@@ -171,22 +174,35 @@ def test_matmulinteger_matches_onnxruntime(adt, bdt):
     a, b = rand(adt, (2, 5, 7)), rand(bdt, (7, 3))
     az, bz = np.array(11, adt), np.array(-3 if bdt == np.int8 else 200, bdt)
     want = onnxrt("MatMulInteger", [a, b, az, bz], 10, out_type=np.int32)
-    got = ours("MatMulInteger", [a, b, az, bz], 10)
+    consts = (1, 3) if constant_b else ()
+    got = ours("MatMulInteger", [a, b, az, bz], 10, constants=consts)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
-    got_nozp = ours("MatMulInteger", [a, b], 10)
+    got_nozp = ours("MatMulInteger", [a, b], 10, constants=(1,) if constant_b else ())
     np.testing.assert_array_equal(got_nozp, a.astype(np.int64) @ b.astype(np.int64))
 
 
-def test_matmulinteger_per_row_and_per_column_zero_points():
+@pytest.mark.parametrize("constant_b", [False, True], ids=["runtime-b", "constant-b"])
+@pytest.mark.parametrize(("m", "k", "n"), [(4, 6, 3), (37, 131, 70)])
+def test_matmulinteger_per_row_and_per_column_zero_points(m, k, n, constant_b):
     rng = np.random.default_rng(7)
-    a = rng.integers(0, 256, (4, 6)).astype(np.uint8)
-    b = rng.integers(0, 256, (6, 3)).astype(np.uint8)
-    az = rng.integers(0, 256, (4,)).astype(np.uint8)
-    bz = rng.integers(0, 256, (3,)).astype(np.uint8)
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    b = rng.integers(0, 256, (k, n)).astype(np.uint8)
+    az = rng.integers(0, 256, (m,)).astype(np.uint8)
+    bz = rng.integers(0, 256, (n,)).astype(np.uint8)
     want = (a.astype(np.int64) - az[:, None]) @ (b.astype(np.int64) - bz)
-    got = ours("MatMulInteger", [a, b, az, bz], 10)  # onnxruntime: per-tensor a_zero_point only
+    # onnxruntime: per-tensor a_zero_point only
+    got = ours("MatMulInteger", [a, b, az, bz], 10, constants=(1, 3) if constant_b else ())
     np.testing.assert_array_equal(got, want)
+
+
+def test_matmulinteger_batched_a_with_a_constant_b():
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, (2, 3, 65, 200)).astype(np.int8)
+    b = rng.integers(-128, 128, (200, 33)).astype(np.int8)
+    az, bz = np.array(-7, np.int8), np.array(5, np.int8)
+    want = (a.astype(np.int64) + 7) @ (b.astype(np.int64) - 5)
+    np.testing.assert_array_equal(ours("MatMulInteger", [a, b, az, bz], 10, constants=(1, 3)), want)
 
 
 @pytest.mark.parametrize(("adt", "bdt", "k"), [(np.uint8, np.int8, 3072), (np.uint8, np.uint8, 4099),

@@ -1,0 +1,175 @@
+/* Integer GEMM of uint8 rows by int8 columns into int32, with AVX-512 VNNI (VPDPBUSD:
+ * four u8 x s8 products summed into each int32 lane, no saturation) — what MatMulInteger,
+ * DynamicQuantizeMatMul and friends need for dynamically quantized transformers, and
+ * what numpy has no routine for.
+ *
+ * B is packed ahead (python side, once per constant): K padded to a multiple of 4 and N to
+ * a multiple of 64, laid out as [N / 16][K / 4][16 columns][4 k], so one 64-byte load holds
+ * four k of sixteen columns. A register tile is 4 rows x 64 columns (16 accumulators); each
+ * step broadcasts four bytes of a row of A and multiplies them into four column blocks.
+ * The sums are raw: the caller subtracts the zero points' terms. Exact for K < 2**16
+ * (|sum| < 2**31). */
+
+#include <stdint.h>
+
+#include "native.h"
+
+#define Q_MR 4
+#define Q_NB 4 /* column blocks of 16 per tile: 64 columns */
+
+int
+qgemm_supported(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+typedef struct {
+    const uint8_t *a;
+    idx lda;
+    const int8_t *bp;
+    idx m, n, k, k4, col_tiles;
+    int32_t *c;
+} QgemmCall;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* Four bytes of row `row` of A at k = 4 * k4, zero past K. */
+static inline int32_t
+a_word(const uint8_t *row, idx k4, idx k)
+{
+    int32_t w = 0;
+    const idx at = 4 * k4;
+    memcpy(&w, row + at, (size_t)(k - at >= 4 ? 4 : k - at));
+    return w;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+qgemm_tile(const QgemmCall *c, idx m0, idx tile)
+{
+    const idx rows = c->m - m0 < Q_MR ? c->m - m0 : Q_MR;
+    const uint8_t *arow[Q_MR];
+    for (idx r = 0; r < Q_MR; r++) { /* rows past M repeat the last one; never stored */
+        arow[r] = c->a + (m0 + (r < rows ? r : rows - 1)) * c->lda;
+    }
+    __m512i acc[Q_MR][Q_NB];
+    for (int r = 0; r < Q_MR; r++) {
+        for (int j = 0; j < Q_NB; j++) {
+            acc[r][j] = _mm512_setzero_si512();
+        }
+    }
+    const int8_t *b = c->bp + tile * Q_NB * c->k4 * 64;
+    const idx full = c->k / 4; /* k4 steps whose four bytes all lie within K */
+    for (idx k4 = 0; k4 < c->k4; k4++) {
+        __m512i bv[Q_NB];
+        for (int j = 0; j < Q_NB; j++) {
+            bv[j] = _mm512_loadu_si512((const void *)(b + (j * c->k4 + k4) * 64));
+        }
+        for (int r = 0; r < Q_MR; r++) {
+            int32_t w;
+            if (k4 < full) {
+                memcpy(&w, arow[r] + 4 * k4, 4);
+            } else {
+                w = a_word(arow[r], k4, c->k);
+            }
+            const __m512i av = _mm512_set1_epi32(w);
+            for (int j = 0; j < Q_NB; j++) {
+                acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], av, bv[j]);
+            }
+        }
+    }
+    for (idx r = 0; r < rows; r++) {
+        int32_t *out = c->c + (m0 + r) * c->n;
+        for (int j = 0; j < Q_NB; j++) {
+            const idx col = tile * Q_NB * 16 + j * 16;
+            if (col >= c->n) {
+                break;
+            }
+            const idx left = c->n - col;
+            const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_epi32(out + col, mask, acc[r][j]);
+        }
+    }
+}
+
+static void
+qgemm_range(void *ctx, idx begin, idx end)
+{
+    const QgemmCall *c = (const QgemmCall *)ctx;
+    for (idx i = begin; i < end; i++) {
+        qgemm_tile(c, (i / c->col_tiles) * Q_MR, i % c->col_tiles);
+    }
+}
+#endif
+
+static int
+get_bytes(PyObject *obj, Py_buffer *view, int writable, idx need, idx itemsize, const char *name)
+{
+    memset(view, 0, sizeof(*view));
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", name, writable ? "writable " : "");
+        return -1;
+    }
+    if (view->len < need * itemsize) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, view->len, need * itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+py_qgemm_u8s8(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ao, *bo, *co;
+    Py_ssize_t m, n, k;
+    if (!PyArg_ParseTuple(args, "OOOnnn", &ao, &bo, &co, &m, &n, &k)) {
+        return NULL;
+    }
+    if (!qgemm_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "qgemm_u8s8 needs AVX-512 VNNI");
+        return NULL;
+    }
+    if (m < 0 || n < 0 || k < 0 || k >= (1 << 16)) {
+        PyErr_SetString(PyExc_ValueError, "qgemm_u8s8: dimensions out of range");
+        return NULL;
+    }
+    const idx k4 = (k + 3) / 4, col_tiles = (n + 63) / 64;
+    enum { A, B, C, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_bytes(ao, &views[A], 0, m * k, 1, "a") < 0 ||
+        get_bytes(bo, &views[B], 0, col_tiles * Q_NB * k4 * 64, 1, "packed b") < 0 ||
+        get_bytes(co, &views[C], 1, m * n, 4, "out") < 0) {
+        release_all(views, VIEWS);
+        return NULL;
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    Py_BEGIN_ALLOW_THREADS
+    QgemmCall call = {(const uint8_t *)views[A].buf, k, (const int8_t *)views[B].buf, m, n, k, k4,
+                      col_tiles, (int32_t *)views[C].buf};
+    const idx tiles = ((m + Q_MR - 1) / Q_MR) * col_tiles;
+    /* A tile is Q_MR * 64 * K multiply-adds: hand out a few per thread at least. */
+    parallel_for(qgemm_range, &call, tiles, 1 + (1 << 20) / (Q_MR * 64 * (k + 1)));
+    Py_END_ALLOW_THREADS
+#endif
+    release_all(views, VIEWS);
+    Py_RETURN_NONE;
+}
+
+PyObject *
+py_qgemm_supported(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    return PyBool_FromLong(qgemm_supported());
+}
