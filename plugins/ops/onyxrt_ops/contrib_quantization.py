@@ -441,16 +441,26 @@ class DynamicQuantizeMatMul(_IntProduct):
     """A quantized to uint8 over its range (with 0), as onnxruntime's
     ``GetQuantizationParameter``, then :class:`MatMulIntegerToFloat`."""
 
-    def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+    def parameters(self, a: Any) -> tuple[np.float32, float]:
+        """A's uint8 scale and zero point over its range (with 0), as onnxruntime's."""
         xp = self.xp
         empty = math.prod(a.shape) == 0
         lo = np.float32(min(0.0, float(xp.min(a)))) if not empty else np.float32(0)
         hi = np.float32(max(0.0, float(xp.max(a)))) if not empty else np.float32(0)
         scale = np.float32(1) if hi == lo else np.float32((hi - lo) / 255.0)
-        zp = float(np.round(np.clip(np.float32(0) - lo / scale, 0, 255)))
+        return scale, float(np.round(np.clip(np.float32(0) - lo / scale, 0, 255)))
+
+    def quantize(self, a: Any, scale: np.float32, zp: float) -> Any:
+        """A as uint8: round(a / scale) + zp, saturated."""
+        xp = self.xp
         with _quiet():
             qa = xp.clip(xp.round(a / float(scale)) + zp, 0.0, 255.0)
-        qa = xp.astype(qa, self.backend.dtype(_U8))
+        return xp.astype(qa, self.backend.dtype(_U8))
+
+    def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+        xp = self.xp
+        scale, zp = self.parameters(a)
+        qa = self.quantize(a, scale, zp)
         mult = float(scale) * xp.astype(self.column(b_scale, b, "b_scale"), self.f32)
         acc = self.product(qa, xp.asarray(zp, dtype=self.f32), b, b_zero_point)
         return (self.to_float(acc, mult, bias),)

@@ -1,22 +1,34 @@
 """CPU overrides of the operator library's com.microsoft quantization operators
 (:mod:`onyxrt_ops.contrib_quantization`).
 
-Only com.microsoft QuantizeLinear and DequantizeLinear, and not for speed: onnxruntime's CPU
-kernels also take int4/uint4 data, which only numpy (ml_dtypes) holds. They are the CPU
-provider's ai.onnx kernels (:mod:`.quantization`, over the library's attribute parsing)
-registered for the com.microsoft domain with those types added. Every other operator is the
-library's, bound over numpy in ``kernels/__init__``.
+* QuantizeLinear and DequantizeLinear, not for speed: onnxruntime's CPU kernels also take
+  int4/uint4 data, which only numpy (ml_dtypes) holds. They are the CPU provider's ai.onnx
+  kernels (:mod:`.quantization`, over the library's attribute parsing) registered for the
+  com.microsoft domain with those types added.
+* MatMulIntegerToFloat and DynamicQuantizeMatMul (what onnxruntime's optimizer makes of a
+  dynamically quantized model) — the library's kernels with their integer product through
+  the int8 kernel (:func:`.linalg.integer_product`, ``csrc/qgemm.c``) when B and its zero
+  point are constants and the CPU has AVX-512 VNNI, the library's exact product otherwise.
+
+Every other operator is the library's, bound over numpy in ``kernels/__init__``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 
+from onyxrt.kernels import KernelInfo
+from onyxrt_ops import library
+
 from . import registry
+from ._backend import BACKEND
+from .linalg import integer_product, pack_integer_b
 from .quantization import DequantizeLinear, QuantizeLinear
 
-__all__ = ["MsQuantizeLinear", "MsDequantizeLinear"]
+__all__ = ["MsQuantizeLinear", "MsDequantizeLinear", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"]
 
 _INT4 = (ml_dtypes.int4, ml_dtypes.uint4)
 _INTS = (np.int8, np.uint8, np.int16, np.uint16)
@@ -32,3 +44,62 @@ class MsQuantizeLinear(QuantizeLinear):
                    types={"T1": _INTS + (np.int32,) + _INT4, "T2": (np.float32,)})
 class MsDequantizeLinear(DequantizeLinear):
     """com.microsoft DequantizeLinear, per-tensor or per-axis, 4-bit inputs included."""
+
+
+_MS = "com.microsoft"
+_BYTES = (np.int8, np.uint8)
+
+
+class _Int8Product:
+    """The library's ``product`` through the int8 kernel when B (input 1) and its zero point
+    (input ``b_zp_index``) are constants; mixed into the library's kernels below."""
+
+    b_zp_index = 3
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)  # type: ignore[call-arg]
+        b, zb = info.constant(1), info.constant(self.b_zp_index)
+        self._packed = None
+        if isinstance(b, np.ndarray) and (zb is not None or not info.has_input(self.b_zp_index)):
+            self._packed = pack_integer_b(b, zb)
+
+    def product(self, a: Any, a_zp: Any, b: Any, b_zp: Any) -> Any:
+        if self._packed is not None and b.ndim == 2 and (a_zp is None or np.size(a_zp) == 1):
+            y = integer_product(a, None if a_zp is None else np.asarray(a_zp).reshape(()), self._packed)
+            if y is not None:
+                return y
+        return super().product(a, a_zp, b, b_zp)  # type: ignore[misc]
+
+
+@registry.register("MatMulIntegerToFloat", since=1, domain=_MS,
+                   types={"T1": _BYTES, "T2": _BYTES, "T3": (np.float32,)})
+class MatMulIntegerToFloat(_Int8Product, library.kernel("MatMulIntegerToFloat", 1, BACKEND, _MS)):
+    """The library's MatMulIntegerToFloat, its product by the int8 kernel."""
+
+    b_zp_index = 5
+
+
+@registry.register("DynamicQuantizeMatMul", since=1, domain=_MS,
+                   types={"T1": (np.float32,), "T2": _BYTES})
+class DynamicQuantizeMatMul(_Int8Product, library.kernel("DynamicQuantizeMatMul", 1, BACKEND, _MS)):
+    """The library's DynamicQuantizeMatMul, its product by the int8 kernel and A quantized
+    in place on one float32 buffer (the library's four temporaries cost more than the
+    product on [128, 768])."""
+
+    b_zp_index = 3
+
+    def parameters(self, a):
+        if a.size == 0:
+            return super().parameters(a)
+        lo, hi = min(np.float32(0), a.min()), max(np.float32(0), a.max())
+        scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255.0))
+        return scale, float(np.round(np.clip(np.float32(0) - lo / scale, 0, 255)))
+
+    def quantize(self, a, scale, zp):
+        if a.dtype != np.float32:
+            return super().quantize(a, scale, zp)
+        q = np.divide(a, scale)
+        np.round(q, out=q)
+        q += np.float32(zp)
+        np.clip(q, 0.0, 255.0, out=q)
+        return q.astype(np.uint8)

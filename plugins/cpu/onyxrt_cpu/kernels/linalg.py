@@ -33,6 +33,8 @@ extra (``numpy.einsum`` with an optimized contraction order, as the former kerne
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from onyxrt.kernels import KernelInfo
@@ -43,7 +45,7 @@ from . import registry
 from ._backend import BACKEND
 from ._spatial import compute_dtype
 
-__all__ = ["Gemm", "MatMul", "MatMulInteger", "matmul", "contiguous_transpose"]
+__all__ = ["Gemm", "MatMul", "MatMulInteger", "matmul", "contiguous_transpose", "pack_integer_b", "integer_product"]
 
 
 def contiguous_transpose(w: np.ndarray) -> np.ndarray:
@@ -157,6 +159,53 @@ def _exact_chunks(k: int, a_bound: float, b_bound: float) -> list[slice]:
     return [slice(i, min(i + step, k)) for i in range(0, k, step)] or [slice(0, 0)]
 
 
+PackedB = tuple[native.PackedInt8, np.ndarray]
+
+
+def pack_integer_b(b: np.ndarray, zb: np.ndarray | None) -> PackedB | None:
+    """A constant 8-bit B packed for the int8 kernel (a uint8 B as int8 b - 128, its zero
+    point moved alike), with its zero point as int32 (one value, or one per column);
+    ``None`` without the kernel or for another layout."""
+    z = np.zeros((), np.int32) if zb is None else np.asarray(zb).astype(np.int32)
+    if b.ndim != 2 or z.size not in (1, b.shape[1]) or (z.size > 1 and z.ndim != 1):
+        return None
+    if b.dtype == np.uint8:
+        b, z = (b.astype(np.int16) - 128).astype(np.int8), z - 128
+    elif b.dtype != np.int8:
+        return None
+    packed = native.pack_int8(b)
+    return None if packed is None else (packed, z.reshape(-1) if z.size > 1 else z.reshape(()))
+
+
+def integer_product(a: np.ndarray, za: Any, b: PackedB) -> np.ndarray | None:
+    """(a - za) @ (B - zb) in int32 by the int8 kernel: raw u8 x s8 sums, then the zero
+    points' terms (from B's column sums and A's row sums); ``None`` where it does not
+    apply (A not 8-bit, per-row zero points of a batched A)."""
+    packed, zb = b
+    k = packed.shape[0]
+    if a.ndim < 1 or a.shape[-1] != k:
+        return None
+    z = np.zeros((), np.int32) if za is None else np.asarray(za).astype(np.int32)
+    if a.dtype == np.int8:  # as uint8 a + 128, its zero point moved alike
+        a, z = (a.view(np.uint8) ^ np.uint8(0x80)), z + 128
+    elif a.dtype != np.uint8:
+        return None
+    lead = a.shape[:-1]
+    a2 = a.reshape(-1, k)
+    if z.size > 1 and (a.ndim != 2 or z.size != a.shape[0]):
+        return None  # per-row zero points of a batched A: the caller's other path
+    y = native.qgemm_u8s8(a2, packed)
+    if y is None:
+        return None
+    za_col = z.reshape(-1, 1) if z.size > 1 else z
+    if np.any(z):
+        y -= za_col * packed.column_sums
+    if np.any(zb):
+        y -= a2.sum(axis=1, dtype=np.int32).reshape(-1, 1) * zb
+        y += np.int32(k) * za_col * zb
+    return y.reshape(*lead, packed.shape[1])
+
+
 @registry.register("MatMulInteger", since=10)
 class MatMulInteger(library.kernel("MatMulInteger", 10, BACKEND)):
     """The library's MatMulInteger as float32 GEMMs over chunks of K short enough to be
@@ -167,49 +216,11 @@ class MatMulInteger(library.kernel("MatMulInteger", 10, BACKEND)):
         super().__init__(info)
         b, zb = info.constant(1), info.constant(3)
         self._b: tuple[np.ndarray, float] | None = None
-        self._packed: tuple[native.PackedInt8, np.ndarray] | None = None
+        self._packed: PackedB | None = None
         if isinstance(b, np.ndarray) and b.ndim == 2 and (zb is not None or not info.has_input(3)):
             self._b = self._shifted_b(b, zb)
-            self._packed = self._pack(b, zb)
+            self._packed = pack_integer_b(b, zb)
 
-    @staticmethod
-    def _pack(b: np.ndarray, zb: np.ndarray | None) -> tuple[native.PackedInt8, np.ndarray] | None:
-        """A constant B packed for the int8 kernel (a uint8 B as int8 b - 128, its zero
-        point moved alike), with its zero point as int32 (one value, or one per column)."""
-        z = np.zeros((), np.int32) if zb is None else np.asarray(zb).astype(np.int32)
-        if b.dtype == np.uint8:
-            b, z = (b.astype(np.int16) - 128).astype(np.int8), z - 128
-        elif b.dtype != np.int8:
-            return None
-        packed = native.pack_int8(b)
-        return None if packed is None else (packed, z.reshape(-1) if z.size > 1 else z.reshape(()))
-
-    def _integer_product(self, a: np.ndarray, za: np.ndarray | None) -> np.ndarray | None:
-        """(a - za) @ (B - zb) by the int8 kernel: raw u8 x s8 sums, then the zero points'
-        terms; ``None`` where it does not apply (no packed B, another layout)."""
-        packed, zb = self._packed  # type: ignore[misc]
-        k = packed.shape[0]
-        if a.ndim < 1 or a.shape[-1] != k:
-            return None
-        z = np.zeros((), np.int32) if za is None else np.asarray(za).astype(np.int32)
-        if a.dtype == np.int8:  # as uint8 a + 128, its zero point moved alike
-            a, z = (a.view(np.uint8) ^ np.uint8(0x80)), z + 128
-        elif a.dtype != np.uint8:
-            return None
-        lead = a.shape[:-1]
-        a2 = a.reshape(-1, k)
-        if z.size > 1 and (a.ndim != 2 or z.size != a.shape[0]):
-            return None  # per-row zero points of a batched A: the float path handles them
-        y = native.qgemm_u8s8(a2, packed)
-        if y is None:
-            return None
-        za_col = z.reshape(-1, 1) if z.size > 1 else z
-        if np.any(z):
-            y -= za_col * packed.column_sums
-        if np.any(zb):
-            y -= a2.sum(axis=1, dtype=np.int32).reshape(-1, 1) * zb
-            y += np.int32(k) * za_col * zb
-        return y.reshape(*lead, packed.shape[1])
 
     @staticmethod
     def _shifted_b(b: np.ndarray, zb: np.ndarray | None) -> tuple[np.ndarray, float]:
@@ -223,7 +234,7 @@ class MatMulInteger(library.kernel("MatMulInteger", 10, BACKEND)):
         if a.ndim < 1 or b.ndim < 1:
             raise ValueError(f"MatMulInteger needs inputs of rank >= 1, got {a.shape} and {b.shape}")
         if self._packed is not None and b.ndim == 2:
-            y = self._integer_product(a, a_zero_point)
+            y = integer_product(a, a_zero_point, self._packed)
             if y is not None:
                 return (y,)
         bf, b_bound = self._b if self._b is not None and b.ndim == 2 else self._shifted_b(b, b_zero_point)
