@@ -80,7 +80,13 @@ from .session_options import (
     SessionOptions,
 )
 from .shape_inference import infer_shapes
-from .specialization import DEFAULT_LIMIT, SHAPE_SPECIALIZATIONS_KEY, ShapeSpecializer, signature_of
+from .specialization import (
+    DEFAULT_LIMIT,
+    SHAPE_SPECIALIZATIONS_KEY,
+    ShapeSpecializer,
+    describe_sizes,
+    signature_of,
+)
 from .status import ModelLoadCanceled
 from .threads import global_thread_pool_sizes, intra_op_limit
 
@@ -309,7 +315,7 @@ class InferenceSession:
             opts._free_dims_by_name = {**self._sess_options._free_dims_by_name, **dict(sizes)}
             opts.optimized_model_filepath = ""  # the user's file holds the generic model
             opts.enable_profiling = False
-            self._logger.info("shape specialization for %s", ", ".join(f"{k}={v}" for k, v in sizes))
+            self._logger.info("shape specialization for %s", describe_sizes(sizes))
             return InferenceSession(self._source, opts, providers, provider_options, **kwargs)
 
         def warn(message: str) -> None:

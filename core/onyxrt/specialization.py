@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["SHAPE_SPECIALIZATIONS_KEY", "DEFAULT_LIMIT", "ShapeSpecializer", "signature_of"]
+__all__ = ["SHAPE_SPECIALIZATIONS_KEY", "DEFAULT_LIMIT", "ShapeSpecializer", "signature_of", "describe_sizes"]
 
 SHAPE_SPECIALIZATIONS_KEY = "session.shape_specializations"
 DEFAULT_LIMIT = 4
@@ -53,7 +53,7 @@ def signature_of(declared: Mapping[str, Sequence[Any]], feeds: Mapping[str, Any]
     return tuple(sorted(sizes.items())) or None
 
 
-def describe(sizes: Sizes) -> str:
+def describe_sizes(sizes: Sizes) -> str:
     """``"batch=1, seq=128"``."""
     return ", ".join(f"{k}={v}" for k, v in sizes)
 
@@ -87,7 +87,7 @@ class ShapeSpecializer:
                 if not self._warned:
                     self._warned = True
                     self._warn(f"shape specialization: {self.limit} specializations kept "
-                               f"({SHAPE_SPECIALIZATIONS_KEY}); {describe(sizes)} and further new sizes run "
+                               f"({SHAPE_SPECIALIZATIONS_KEY}); {describe_sizes(sizes)} and further new sizes run "
                                "on the shape-generic plan")
                 return None
             session = self._build(sizes)
@@ -97,4 +97,4 @@ class ShapeSpecializer:
     @property
     def sessions(self) -> dict[str, Any]:
         """Description of the sizes (``"batch=1, seq=128"``) → specialized session."""
-        return {describe(k): v for k, v in self._sessions.items()}
+        return {describe_sizes(k): v for k, v in self._sessions.items()}

@@ -212,11 +212,8 @@ def _track(state: _State, node: onnx.NodeProto) -> None:
             start, end = int(_attr(node, "start", 0)), _attr(node, "end", None)  # type: ignore[call-overload]
             state.values[out] = (shape[slice(start, None if end is None else int(end))], False)  # type: ignore[call-overload]
     elif op == "Size":
-        shape = state.shapes.get(node.input[0])
-        if shape is not None and all(d is not None for d in shape):
-            total = Expr.of(1)
-            for d in shape:
-                total = total * d  # type: ignore[operator]
+        total = _product(state.shapes.get(node.input[0]))
+        if total is not None:
             state.values[out] = ([total], True)
     elif op == "Constant":
         tensor = _attr(node, "value")
@@ -255,8 +252,7 @@ def _track(state: _State, node: onnx.NodeProto) -> None:
             state.values[out] = ([e for p in parts for e in p[0]], False)  # type: ignore[index]
     elif op == "Slice":
         data = state.value(node.input[0])
-        bounds = [state.ints(i) if len(node.input) > k and node.input[k] else None for k, i in
-                  enumerate(list(node.input[:5]) + [""] * (5 - len(node.input)))]
+        bounds = [state.ints(name) if name else None for name in _slice_inputs(node)]
         starts, ends = bounds[1], bounds[2]
         axes, steps = bounds[3] or [0], bounds[4] or [1]
         if data is not None and starts and ends and axes in ([0], [-1]):
@@ -331,7 +327,7 @@ def _slice_shape(state: _State, node: onnx.NodeProto) -> list[Dim] | None:
     shape = state.shapes.get(node.input[0])
     if shape is None or len(node.input) < 3:
         return None
-    inputs = list(node.input) + [""] * (5 - len(node.input))
+    inputs = _slice_inputs(node)
     starts, ends = state.value(inputs[1]), state.value(inputs[2])
     axes = state.ints(inputs[3]) if inputs[3] else list(range(len(starts[0]) if starts else 0))
     steps = state.ints(inputs[4]) if inputs[4] else [1] * len(axes or [])
@@ -365,15 +361,24 @@ def _slice_length(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
     return None
 
 
-def _infer_hole(shape: Sequence[Dim] | None, others: Sequence[Dim]) -> Dim:
-    if shape is None or any(d is None for d in shape) or any(d is None for d in others):
+def _slice_inputs(node: onnx.NodeProto) -> list[str]:
+    """Slice's data, starts, ends, axes and steps input names (``""`` when absent)."""
+    return (list(node.input) + [""] * 5)[:5]
+
+
+def _product(dims: Sequence[Dim] | None) -> Dim:
+    """The product of ``dims``, or None when one is unknown (or there are none given)."""
+    if dims is None or any(d is None for d in dims):
         return None
-    total, known = Expr.of(1), Expr.of(1)
-    for d in shape:
+    total = Expr.of(1)
+    for d in dims:
         total = total * d  # type: ignore[operator]
-    for d in others:
-        known = known * d  # type: ignore[operator]
-    if known.constant == 0:
+    return total
+
+
+def _infer_hole(shape: Sequence[Dim] | None, others: Sequence[Dim]) -> Dim:
+    total, known = _product(shape), _product(others)
+    if total is None or known is None or known.constant == 0:
         return None
     return total.exact_div(known)
 

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..kernels import parse_attribute
 from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
 from .support import PassContext
 
@@ -32,15 +33,14 @@ _TARGETS = ("Conv", "AveragePool")
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return {a.name: parse_attribute(a) for a in node.attribute}  # strings decoded
 
 
 def _zero_pads(rw: Rewrite, pad: onnx.NodeProto) -> np.ndarray | None:
     """The Pad's pads as ``[begin..., end...]`` when it is a zero constant padding of the
     spatial axes only, else None."""
     attrs = _attrs(pad)
-    mode = attrs.get("mode", b"constant")
-    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+    if attrs.get("mode", "constant") != "constant":
         return None
     if rw.opset() < 11:
         pads = np.asarray(attrs.get("pads", []), np.int64)
@@ -77,8 +77,7 @@ def fuse_pad(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
             continue
         pads = _zero_pads(rw, pad)
         attrs = _attrs(target)
-        auto_pad = attrs.get("auto_pad", b"NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        auto_pad = attrs.get("auto_pad", "NOTSET")
         if pads is None or auto_pad not in ("NOTSET", "VALID"):
             continue
         if target.op_type == "AveragePool" and attrs.get("count_include_pad", 0) != 1:

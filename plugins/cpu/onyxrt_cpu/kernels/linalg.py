@@ -138,12 +138,12 @@ class MatMul(library.kernel("MatMul", 13, BACKEND)):
         return (np.asarray(np.matmul(a.astype(cdt), b.astype(cdt, copy=False))).astype(a.dtype),)
 
 
-def _zero_point(zp: np.ndarray, per_row: bool) -> np.ndarray | float:
-    """A zero point in float64: a Python float when it is one value (the common case,
-    cheapest to subtract), per-row ones of A as a column."""
-    z = np.asarray(zp, dtype=np.float64)
+def _zero_point(zp: np.ndarray, per_row: bool) -> np.ndarray:
+    """A zero point in float32 (exact for 8-bit values): a scalar when it is one value,
+    per-row ones of A as a column."""
+    z = np.asarray(zp, dtype=np.float32)
     if z.size == 1:
-        return float(z.reshape(()))
+        return z.reshape(())
     return z.reshape(-1, 1) if per_row and z.ndim == 1 else z
 
 
@@ -208,26 +208,27 @@ def integer_product(a: np.ndarray, za: Any, b: PackedB) -> np.ndarray | None:
 
 @registry.register("MatMulInteger", since=10)
 class MatMulInteger(library.kernel("MatMulInteger", 10, BACKEND)):
-    """The library's MatMulInteger as float32 GEMMs over chunks of K short enough to be
-    exact (8-bit operands: 2**24 / (255 * 255) = 258 terms, 518 for int8 weights), summed
-    in int32; a constant B (the weights) shifted by its zero point and split once."""
+    """The library's MatMulInteger: a constant B (the weights) through the int8 kernel
+    (:func:`integer_product`) where the CPU has one; otherwise float32 GEMMs over chunks of
+    K short enough to be exact (8-bit operands: 2**24 / (255 * 255) = 258 terms, 518 for
+    int8 weights), summed in int32, a constant B shifted by its zero point once (when first
+    needed: with the int8 kernel it never is, and a float32 copy is 4x the weights)."""
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         b, zb = info.constant(1), info.constant(3)
+        self._b_const: tuple[np.ndarray, np.ndarray | None] | None = None
         self._b: tuple[np.ndarray, float] | None = None
         self._packed: PackedB | None = None
         if isinstance(b, np.ndarray) and b.ndim == 2 and (zb is not None or not info.has_input(3)):
-            self._b = self._shifted_b(b, zb)
+            self._b_const = (b, zb)
             self._packed = pack_integer_b(b, zb)
-
 
     @staticmethod
     def _shifted_b(b: np.ndarray, zb: np.ndarray | None) -> tuple[np.ndarray, float]:
         bf = b.astype(np.float32)
         if zb is not None:
-            z = _zero_point(zb, per_row=False)
-            bf -= np.float32(z) if isinstance(z, float) else z.astype(np.float32)
+            bf -= _zero_point(zb, per_row=False)
         return bf, float(np.max(np.abs(bf))) if bf.size else 0.0
 
     def compute(self, a, b, a_zero_point=None, b_zero_point=None):
@@ -237,11 +238,15 @@ class MatMulInteger(library.kernel("MatMulInteger", 10, BACKEND)):
             y = integer_product(a, a_zero_point, self._packed)
             if y is not None:
                 return (y,)
-        bf, b_bound = self._b if self._b is not None and b.ndim == 2 else self._shifted_b(b, b_zero_point)
+        if self._b_const is not None and b.ndim == 2:
+            if self._b is None:
+                self._b = self._shifted_b(*self._b_const)
+            bf, b_bound = self._b
+        else:
+            bf, b_bound = self._shifted_b(b, b_zero_point)
         af = a.astype(np.float32)
         if a_zero_point is not None:
-            z = _zero_point(a_zero_point, per_row=True)
-            af -= np.float32(z) if isinstance(z, float) else z.astype(np.float32)
+            af -= _zero_point(a_zero_point, per_row=True)
         k = af.shape[-1]
         if bf.shape[-2 if bf.ndim > 1 else 0] != k:
             raise ValueError(f"MatMulInteger: inner dimensions differ: {a.shape} @ {b.shape}")
