@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx.defs
 
+from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelDef, KernelInfo, KernelRegistry, declare_signature
 
 from .backend import Backend, to_host
@@ -79,6 +80,22 @@ class OpKernel(Kernel):
         if dtype_name(x.dtype) in _HALF:
             return self.xp.astype(x, self.backend.dtype(np.float32))
         return x
+
+    def int_attr(self, name: str, default: int) -> int:
+        """Integer attribute ``name`` (``default`` when absent); InvalidGraph naming the node
+        for any other type."""
+        value = self.info.attr(name, default)
+        if not isinstance(value, (int, np.integer)):
+            raise InvalidGraph(f"{self.where()}: attribute {name!r} must be an int, got {value!r}")
+        return int(value)
+
+    def flag_attr(self, name: str, default: int) -> bool:
+        """A 0/1 attribute (``keepdims``, ``onesided``...) as a bool; InvalidGraph naming the
+        node for any other value."""
+        value = self.int_attr(name, default)
+        if value not in (0, 1):
+            raise InvalidGraph(f"{self.where()}: attribute {name!r} must be 0 or 1, got {value}")
+        return bool(value)
 
     def host(self, value: Any) -> np.ndarray:
         """A steering value (a shape, axes, slice bounds, pads) as a numpy array on the

@@ -241,10 +241,7 @@ class GRU(_Recurrent):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        lbr = info.attr("linear_before_reset", 0)
-        if lbr not in (0, 1):
-            raise InvalidGraph(f"{self.where()}: linear_before_reset must be 0 or 1, got {lbr!r}")
-        self.linear_before_reset = bool(lbr)
+        self.linear_before_reset = self.flag_attr("linear_before_reset", 0)
 
     def _prepare(self, d, r, rb, p):
         hs = self.hidden
@@ -278,10 +275,7 @@ class LSTM(_Recurrent):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        coupled = info.attr("input_forget", 0)
-        if coupled not in (0, 1):
-            raise InvalidGraph(f"{self.where()}: input_forget must be 0 or 1, got {coupled!r}")
-        self.input_forget = bool(coupled)
+        self.input_forget = self.flag_attr("input_forget", 0)
 
     def _prepare(self, d, r, rb, p):
         hs = self.hidden

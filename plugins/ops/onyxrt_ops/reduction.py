@@ -55,20 +55,6 @@ _HALF = frozenset({"float16", "bfloat16"})
 _quiet = functools.partial(np.errstate, all="ignore")
 
 
-def _int_attr(kernel: OpKernel, name: str, default: int) -> int:
-    value = kernel.info.attr(name, default)
-    if not isinstance(value, (int, np.integer)):
-        raise InvalidGraph(f"{kernel.where()}: attribute {name!r} must be an int, got {value!r}")
-    return int(value)
-
-
-def _flag_attr(kernel: OpKernel, name: str, default: int) -> bool:
-    value = _int_attr(kernel, name, default)
-    if value not in (0, 1):
-        raise InvalidGraph(f"{kernel.where()}: attribute {name!r} must be 0 or 1, got {value}")
-    return bool(value)
-
-
 def _norm_axis(op: str, axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise ValueError(f"{op}: axis {axis} is out of range for an input of rank {rank}")
@@ -100,14 +86,14 @@ class Reduce(OpKernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.keepdims = _flag_attr(self, "keepdims", 1)
+        self.keepdims = self.flag_attr("keepdims", 1)
         self.noop = False
         #: The axes when known at build time (the attribute, a constant input or none given),
         #: normalized once per input rank into ``by_rank``; by_rank None: read on every call.
         self.fixed: Any = None
         self.by_rank: dict[int, tuple[int, ...]] | None = {}
         if info.since_version >= self.axes_input_since:
-            self.noop = _flag_attr(self, "noop_with_empty_axes", 0)
+            self.noop = self.flag_attr("noop_with_empty_axes", 0)
             self.fixed = info.constant(1)
             if self.fixed is None and info.has_input(1):
                 self.by_rank = None
@@ -328,9 +314,9 @@ class ArgReduce(OpKernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.axis = _int_attr(self, "axis", 0)
-        self.keepdims = _flag_attr(self, "keepdims", 1)
-        self.select_last = info.since_version >= 12 and _flag_attr(self, "select_last_index", 0)
+        self.axis = self.int_attr("axis", 0)
+        self.keepdims = self.flag_attr("keepdims", 1)
+        self.select_last = info.since_version >= 12 and self.flag_attr("select_last_index", 0)
         self.fn = getattr(self.xp, self.function)
         self.int64 = self.backend.dtype(np.int64)
 
@@ -377,8 +363,8 @@ class Cumulative(OpKernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.exclusive = _flag_attr(self, "exclusive", 0)
-        self.reverse = _flag_attr(self, "reverse", 0)
+        self.exclusive = self.flag_attr("exclusive", 0)
+        self.reverse = self.flag_attr("reverse", 0)
         self.scan = getattr(self.xp, self.functions[0], None) or getattr(self.xp, self.functions[1])
 
     def compute(self, x, axis):
@@ -438,16 +424,16 @@ class TopK(OpKernel):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.axis = _int_attr(self, "axis", -1)
+        self.axis = self.int_attr("axis", -1)
         self.largest = True
         if info.since_version >= 11:
-            self.largest = _flag_attr(self, "largest", 1)
-            _flag_attr(self, "sorted", 1)  # validated; results are always sorted
+            self.largest = self.flag_attr("largest", 1)
+            self.flag_attr("sorted", 1)  # validated; results are always sorted
         self.k_attr: int | None = None
         if info.since_version < 10:
             if info.attr("k") is None:
                 raise InvalidGraph(f"{self.where()}: attribute 'k' is required")
-            self.k_attr = _int_attr(self, "k", 0)
+            self.k_attr = self.int_attr("k", 0)
 
     def k_axis(self, x: Any, k: Any) -> tuple[int, int]:
         """(k, the normalized axis), checked against ``x``."""

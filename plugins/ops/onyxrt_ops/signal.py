@@ -35,13 +35,6 @@ from .library import OpKernel, library
 __all__: list[str] = []
 
 
-def _flag_attr(kernel: OpKernel, name: str, default: int) -> bool:
-    value = kernel.info.attr(name, default)
-    if value not in (0, 1):
-        raise InvalidGraph(f"{kernel.where()}: attribute {name!r} must be 0 or 1, got {value!r}")
-    return bool(value)
-
-
 def _scalar_int(op: str, name: str, value: np.ndarray) -> int:
     if value.size != 1 or value.dtype.kind not in "iu":
         raise ValueError(f"{op}: input {name!r} must hold one integer, got {value.dtype} of "
@@ -97,8 +90,8 @@ class DFT(_Spectral):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.inverse = _flag_attr(self, "inverse", 0)
-        self.onesided = _flag_attr(self, "onesided", 0)
+        self.inverse = self.flag_attr("inverse", 0)
+        self.onesided = self.flag_attr("onesided", 0)
         self.axis_attr: int | None = None
         if info.since_version < 20:
             axis = info.attr("axis", 1)
@@ -137,7 +130,7 @@ class STFT(_Spectral):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.onesided = _flag_attr(self, "onesided", 1)
+        self.onesided = self.flag_attr("onesided", 1)
 
     def compute(self, signal, frame_step, window=None, frame_length=None):
         op, xp = self.info.op_type, self.xp
