@@ -20,7 +20,6 @@ from library_harness import (
     assert_matches,
     node,
     oracle,
-    reference_output,
     typed_oracle,
     unbound_versions,
 )
@@ -143,12 +142,8 @@ CASES = [
 @pytest.mark.parametrize(("op", "inputs", "opset", "attrs", "reference"), CASES)
 def test_same_as_onnxruntime(bound: Bound, op, inputs, opset, attrs, reference):
     got = bound.run(op, inputs, opset, **attrs)
-    if reference:
-        expected = reference_output(op, inputs, opset, **attrs)
-    elif op == "ConvInteger":
-        expected = typed_oracle(op, inputs, opset, np.int32, **attrs)
-    else:
-        expected = oracle(op, inputs, opset, **attrs)
+    out_dtype = np.int32 if op == "ConvInteger" else np.asarray(inputs[0]).dtype
+    expected = typed_oracle(op, inputs, opset, out_dtype, reference=reference, **attrs)
     assert_matches(got, np.asarray(expected), TOL)
 
 
