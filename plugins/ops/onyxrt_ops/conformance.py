@@ -102,10 +102,11 @@ def run_case(case: Any, backend: Backend, lib: OpLibrary = library) -> CaseOutco
     opset = next(i.version for i in case.model.opset_import if _domain(i.domain) == domain)
     since = schema_since_version(domain, node.op_type, opset)
     try:
-        cls = lib.kernel(node.op_type, since or opset, backend, domain)
+        definition = lib.definition(node.op_type, since or opset, domain)
     except KeyError as exc:
-        return CaseOutcome(case.name, node.op_type, "failed", str(exc))
-    lacks = backend.lacks(next(d.needs for d in lib.definitions if d.cls in cls.__mro__))
+        return CaseOutcome(case.name, node.op_type, "failed", str(exc.args[0]))
+    cls = lib.kernel(node.op_type, since or opset, backend, domain)
+    lacks = backend.lacks(definition.needs)
     if lacks:  # bind does not offer the operator on this backend
         return CaseOutcome(case.name, node.op_type, "not_expressible", f"{backend.name} lacks {', '.join(lacks)}")
     if node.op_type in NOT_COMPARABLE:

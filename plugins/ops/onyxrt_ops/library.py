@@ -178,27 +178,32 @@ class OpLibrary:
         """The operator types the library defines in ``domain``."""
         return {d.op_type for d in self._defs if d.domain == domain}
 
+    def definition(self, op_type: str, since: int, domain: str = "") -> OpDef:
+        """The definition of ``op_type`` at version ``since``; KeyError when there is none."""
+        for d in self._defs:
+            if d.op_type == op_type and d.domain == domain and since in d.versions:
+                return d
+        raise KeyError(f"the operator library has no {domain or 'ai.onnx'}::{op_type} version {since}")
+
     def kernel(self, op_type: str, since: int, backend: Backend, domain: str = "") -> type[OpKernel]:
         """The library's kernel class for ``op_type`` at version ``since``, bound to
         ``backend`` (to subclass in a provider's override)."""
-        for d in self._defs:
-            if d.op_type == op_type and d.domain == domain and since in d.versions:
-                return self._bind_class(d.cls, backend)
-        raise KeyError(f"the operator library has no {domain or 'ai.onnx'}::{op_type} version {since}")
+        return self._bind_class(self.definition(op_type, since, domain).cls, backend)
 
     def refusal(self, op_type: str, since: int, backend: Backend, input_types: Any, output_types: Any,
                 domain: str = "") -> str:
         """Why the kernel :meth:`bind` registers for ``op_type`` at ``since`` over
         ``backend`` would refuse a node with these input and output ``ValueType`` s (an
         element type outside what the operator takes or the backend holds), or ``""``."""
-        for d in self._defs:
-            if d.op_type == op_type and d.domain == domain and since in d.versions:
-                types = _narrowed(d, since, backend)
-                if types is None:
-                    return f"{backend.name} holds none of the element types {op_type} takes"
-                kdef = KernelDef(domain, op_type, since, d.cls, types)
-                return kdef.unsupported_type(list(input_types), list(output_types)) or ""
-        return f"the operator library has no {domain or 'ai.onnx'}::{op_type} version {since}"
+        try:
+            d = self.definition(op_type, since, domain)
+        except KeyError as exc:
+            return str(exc.args[0])
+        types = _narrowed(d, since, backend)
+        if types is None:
+            return f"{backend.name} holds none of the element types {op_type} takes"
+        kdef = KernelDef(domain, op_type, since, d.cls, types)
+        return kdef.unsupported_type(list(input_types), list(output_types)) or ""
 
     def bind(self, backend: Backend, registry: KernelRegistry) -> dict[str, str]:
         """Register every operator over ``backend`` in ``registry``, except the
