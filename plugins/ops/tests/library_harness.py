@@ -50,11 +50,17 @@ def unbound_versions(registry: KernelRegistry, ops: Any) -> list[str]:
             if ("", op, v) not in registry]
 
 
+def _trimmed(values: list[Any]) -> list[Any]:
+    """``values`` without its trailing absent entries (``""`` names, None values): ONNX
+    leaves trailing optional inputs out."""
+    while values and (values[-1] is None or isinstance(values[-1], str) and not values[-1]):
+        values.pop()
+    return values
+
+
 def node(op: str, n_inputs: int, absent: Sequence[int] = (), **attrs: Any) -> onnx.NodeProto:
     """A one-output node of ``op`` named ``"<op>_node"``; ``absent`` inputs are ``""``."""
-    names = ["" if i in absent else f"in{i}" for i in range(n_inputs)]
-    while names and names[-1] == "":
-        names.pop()
+    names = _trimmed(["" if i in absent else f"in{i}" for i in range(n_inputs)])
     return helper.make_node(op, names, ["y"], name=f"{op}_node", **attrs)
 
 
@@ -86,10 +92,7 @@ class Bound:
         """The output of ``op`` on numpy ``inputs`` (``None``: absent), back on the host."""
         absent = [i for i, v in enumerate(inputs) if v is None]
         kernel = self.kernel(node(op, len(inputs), absent, **attrs), opset)
-        args = [None if v is None else self.array(v) for v in inputs]
-        while args and args[-1] is None:
-            args.pop()
-        outs = kernel.compute(*args)
+        outs = kernel.compute(*_trimmed([None if v is None else self.array(v) for v in inputs]))
         assert isinstance(outs, tuple) and len(outs) == 1
         return self.host(outs[0])
 
@@ -160,9 +163,7 @@ def domain_node(op: str, inputs: Sequence[Any], n_out: int = 1, *, domain: str =
                 **attrs: Any) -> onnx.NodeProto:
     """A node of ``op`` in ``domain`` named ``"<op>_node"``, inputs ``in0..`` (``""`` where
     the value is None: an absent optional input) and outputs ``out0..``."""
-    names = ["" if v is None else f"in{i}" for i, v in enumerate(inputs)]
-    while names and names[-1] == "":
-        names.pop()
+    names = _trimmed(["" if v is None else f"in{i}" for i, v in enumerate(inputs)])
     return helper.make_node(op, names, [f"out{i}" for i in range(n_out)], name=f"{op}_node",
                             domain=domain, **attrs)
 
@@ -172,16 +173,11 @@ def run_node(bound: Bound, n: onnx.NodeProto, inputs: Sequence[Any], opset: int 
     """Every output of node ``n`` run through ``bound`` on numpy ``inputs`` (None: absent),
     back on the host (a non-array output — a sequence, a map — as the kernel gave it).
     Inputs at ``host_inputs`` stay numpy arrays, as a device provider's plan keeps them."""
-    kdef, reason = bound.registry.lookup(n.domain, n.op_type, opset)
-    assert kdef is not None, reason
-    kernel = kdef.factory(KernelInfo.from_node(n, opset, since_version=kdef.since_version))
     # A map (dict) or sequence (list) input is passed as it is, as the executor passes it.
     args = [v if v is None or isinstance(v, dict | list) else
             np.asarray(v) if i in host_inputs or not isinstance(v, np.ndarray | np.generic) else bound.array(v)
             for i, v in enumerate(inputs)]
-    while args and args[-1] is None:
-        args.pop()
-    outs = kernel.compute(*args)
+    outs = bound.kernel(n, opset).compute(*_trimmed(args))
     assert isinstance(outs, tuple)
     return [bound.host(o) if hasattr(o, "__dlpack__") or isinstance(o, np.ndarray) else o for o in outs]
 

@@ -14,7 +14,6 @@ from library_harness import Bound, bind, onnx_versions
 from onnx import helper
 
 from onyxrt.errors import InvalidGraph
-from onyxrt.kernels import KernelInfo
 from onyxrt_ops import library
 
 DOMAIN = "ai.onnx.preview.training"
@@ -28,11 +27,8 @@ def step(b: Bound, op: str, n_out: int, r: float, t: int, *tensors: np.ndarray, 
     """One optimizer step over bound ``b``: the outputs on the host."""
     n = helper.make_node(op, ["R", "T", *[f"in{i}" for i in range(len(tensors))]],
                          [f"out{i}" for i in range(n_out)], name=f"{op}_node", domain=DOMAIN, **attrs)
-    kdef, reason = b.registry.lookup(DOMAIN, op, 1)
-    assert kdef is not None, reason
-    kernel = kdef.factory(KernelInfo.from_node(n, 1, since_version=1))
     host = (np.asarray(r, tensors[0].dtype), np.asarray(t, np.int64))  # host_inputs: R and T
-    return [b.host(o) for o in kernel.compute(*host, *(b.array(x) for x in tensors))]
+    return [b.host(o) for o in b.kernel(n, 1).compute(*host, *(b.array(x) for x in tensors))]
 
 
 def adam_truth(x, g, v, h, r, t, alpha=0.9, beta=0.999, eps=1e-6):
