@@ -158,3 +158,23 @@ parse_geometry(PyObject *tuple, Geometry *g)
     }
     return 0;
 }
+
+/* A C-contiguous view of `obj` holding at least `need` items of `itemsize` bytes (any
+ * element type: the caller knows it). */
+int
+get_bytes(PyObject *obj, Py_buffer *view, int writable, idx need, idx itemsize, const char *name)
+{
+    memset(view, 0, sizeof(*view));
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", name, writable ? "writable " : "");
+        return -1;
+    }
+    if (view->len < need * itemsize) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, view->len, need * itemsize);
+        return -1;
+    }
+    return 0;
+}

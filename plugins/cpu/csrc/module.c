@@ -11,6 +11,10 @@ static PyMethodDef methods[] = {
      "qgemm_supported() -> whether this CPU has AVX-512 VNNI for qgemm_u8s8."},
     {"logistic_tanh", py_logistic_tanh, METH_VARARGS,
      "logistic_tanh(x, out, tanh): out = sigmoid(x), or tanh(x), as onnxruntime's MLAS computes them."},
+    {"recurrent", py_recurrent, METH_VARARGS,
+     "recurrent(cell, seq, batch, hidden, dirs, xw, rt, peepholes, rbh, h, c, lens, y, reverse, "
+     "clip, input_forget): the recurrence of RNN (0), GRU (1) or LSTM (2) with default "
+     "activations; h and c updated in place, y written."},
     {"gelu_tanh", py_gelu_tanh, METH_VARARGS,
      "gelu_tanh(x, out): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."},
     {"epilogue", py_epilogue, METH_VARARGS,

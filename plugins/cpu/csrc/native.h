@@ -68,6 +68,8 @@ int get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *
 int get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name);
 int get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, int writable,
                  const char *name);
+int get_bytes(PyObject *obj, Py_buffer *view, int writable, idx need, idx itemsize,
+              const char *name);
 void release(Py_buffer *view);
 /* release() on views[0..count): views zeroed (memset) or got are both safe. */
 void release_all(Py_buffer *views, int count);
@@ -147,6 +149,11 @@ PyObject *py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *py_transpose(PyObject *self, PyObject *args);
 PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
 PyObject *py_logistic_tanh(PyObject *self, PyObject *args);
+PyObject *py_recurrent(PyObject *self, PyObject *args);
+
+/* logistic.c: onnxruntime's Sigmoid and Tanh on n floats (y may be x). */
+void onyxrt_logistic(const float *x, float *y, idx n);
+void onyxrt_tanh(const float *x, float *y, idx n);
 PyObject *py_qgemm_u8s8(PyObject *self, PyObject *args);
 PyObject *py_qgemm_supported(PyObject *self, PyObject *args);
 

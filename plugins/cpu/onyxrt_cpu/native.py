@@ -40,6 +40,8 @@ __all__ = [
     "gelu_tanh",
     "logistic",
     "tanh",
+    "RECURRENT",
+    "recurrent",
     "PackedInt8",
     "QGEMM",
     "pack_int8",
@@ -155,7 +157,7 @@ def status() -> str:
                                                 else "this CPU has no AVX-512"))
     int8 = "int8 GEMM (AVX-512 VNNI)" if QGEMM else "no int8 GEMM (this CPU has no AVX-512 VNNI)"
     return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
-            f"MaxPool, GELU, Softmax, LayerNormalization, Sigmoid/Tanh; {nchwc}; {gemm}; {int8}) enabled")
+            f"MaxPool, GELU, Softmax, LayerNormalization, Sigmoid/Tanh, RNN/GRU/LSTM recurrences; {nchwc}; {gemm}; {int8}) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:
@@ -200,6 +202,47 @@ def _logistic_tanh(x: np.ndarray, out: np.ndarray | None, is_tanh: bool) -> np.n
     y = np.empty_like(x) if out is None else out
     _native.logistic_tanh(x, y, is_tanh)
     return y
+
+
+#: Whether :func:`recurrent` runs here (the module built with csrc/recurrent.c, and on).
+RECURRENT = ENABLED and hasattr(_native, "recurrent")
+
+#: Cell codes of :func:`recurrent` (csrc/recurrent.c's enum).
+CELL_RNN, CELL_GRU, CELL_LSTM = 0, 1, 2
+
+
+def recurrent(
+    cell: int,
+    xw: np.ndarray,
+    rt: np.ndarray,
+    h: np.ndarray,
+    c: np.ndarray | None,
+    y: np.ndarray,
+    *,
+    peepholes: np.ndarray | None = None,
+    rbh: np.ndarray | None = None,
+    lens: np.ndarray | None = None,
+    reverse: int = 0,
+    clip: float = 0.0,
+    input_forget: bool = False,
+) -> bool:
+    """The recurrence of RNN, GRU or LSTM (``cell``: ``CELL_*``) with default activations.
+
+    ``xw`` (dirs, seq, batch, G): the input projections with the biases folded in; ``rt``
+    (dirs, hidden, G): R transposed; ``h``/``c`` (dirs, batch, hidden): initial states,
+    overwritten with the final ones; ``y`` (dirs, seq, batch, hidden): every step's h
+    (zeros past a row's length). ``peepholes`` (dirs, 3 hidden), ``rbh`` (dirs, hidden:
+    GRU's ``linear_before_reset`` bias), ``lens`` (batch, int64), ``reverse`` (bit d:
+    direction d runs backwards), ``clip`` (0: none). Returns ``False`` when the arrays do
+    not qualify (not C-contiguous float32, or the module lacks the kernel)."""
+    if not RECURRENT or not _ready(xw, rt, h, c, y, peepholes, rbh):
+        return False
+    if lens is not None and (lens.dtype != np.int64 or not lens.flags.c_contiguous):
+        return False
+    dirs, seq, batch, _ = xw.shape
+    _native.recurrent(cell, seq, batch, h.shape[2], dirs, xw, rt, peepholes, rbh, h, c, lens, y,
+                      reverse, clip, input_forget)
+    return True
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from onnx import helper
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
+from onyxrt_cpu import native
 from onyxrt_cpu.kernels import registry
 
 OPS = ["Conv", "ConvTranspose", "ConvInteger"]
@@ -52,6 +53,13 @@ CONV_CASES = [
      {"auto_pad": "VALID", "dilations": [3, 2], "strides": [1, 2]}),
     ("conv1d", (3, 4, 17), (6, 2, 5), True,
      {"group": 2, "strides": [3], "pads": [2, 1], "dilations": [2]}),
+    # 1-D runs as 2-D over a height of 1: the compiled im2col (an STFT front end's many
+    # strided taps), depthwise (with a channel multiplier, dilated) and 1x1 paths.
+    ("conv1d_stft", (1, 1, 1000), (18, 1, 64), True, {"strides": [10], "pads": [32, 31]}),
+    ("conv1d_depthwise", (2, 6, 23), (12, 1, 5), True,
+     {"group": 6, "dilations": [2], "pads": [4, 3]}),
+    ("conv1d_pointwise", (2, 5, 9), (3, 5, 1), False, {}),
+    ("conv1d_same_lower", (1, 3, 10), (4, 3, 4), True, {"auto_pad": "SAME_LOWER", "strides": [3]}),
     ("conv3d", (1, 4, 6, 7, 5), (4, 2, 3, 2, 3), True,
      {"group": 2, "strides": [1, 2, 1], "pads": [1, 0, 1, 1, 1, 0]}),
     ("kernel_shape_attr", (1, 2, 6, 6), (2, 2, 3, 3), False, {"kernel_shape": [3, 3]}),
@@ -201,3 +209,22 @@ def test_conv_chunked_paths_match_onnxruntime(monkeypatch, xs, ws, attrs, budget
     want = onnxrt("Conv", [x, w, b], 22, **attrs)
     got = ours("Conv", [x, w, b], 22, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+@pytest.mark.parametrize(("ws", "attrs", "path"), [
+    ((8, 2, 64), {"strides": [10], "pads": [32, 31]}, "im2col2d"),
+    ((4, 1, 5), {"group": 2, "pads": [2, 2]}, "depthwise2d"),
+])  # fmt: skip
+def test_conv1d_takes_the_compiled_2d_paths(monkeypatch, ws, attrs, path):
+    """A 1-D convolution runs as 2-D over a height of 1, so the compiled im2col and
+    depthwise kernels take it (the generic im2col loops over taps in Python)."""
+    calls = []
+    real = getattr(native, path)
+    monkeypatch.setattr(native, path, lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    x = randn((1, 2, 300), 1)
+    inputs = [x, randn(ws, 2), None]
+    got = ours("Conv", inputs, 22, **attrs)
+    want = onnxrt("Conv", inputs, 22, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert calls and all(len(shape) == 4 and shape[2] == 1 for shape in calls)

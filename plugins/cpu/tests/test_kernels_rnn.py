@@ -23,7 +23,8 @@ from onnx import TensorProto
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
-from onyxrt_cpu.kernels import registry
+from onyxrt_cpu import native
+from onyxrt_cpu.kernels import registry, rnn
 
 OPS = ["RNN", "GRU", "LSTM"]
 
@@ -203,3 +204,95 @@ def test_output_dtype_tensorproto():
     got = run_ours(node, 22, *ins[:3])
     want = run_onnxruntime(node, 22, ins[:3], [TensorProto.FLOAT] * 2)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------- the compiled recurrence (csrc/recurrent.c)
+
+needs_recurrent = pytest.mark.skipif(not native.RECURRENT, reason="compiled module not built")
+
+
+def _kernel(op, opset=22, constants=None, **attrs):
+    names = [f"in{i}" for i in range(8 if op == "LSTM" else 6)]
+    node = one_node(op, names, 3 if op == "LSTM" else 2, **attrs)
+    kdef, reason = registry.lookup("", op, opset)
+    assert kdef is not None, reason
+    return kdef.factory(KernelInfo.from_node(node, opset, since_version=kdef.since_version,
+                                             constants=constants or {}))
+
+
+def _spy(monkeypatch):
+    calls = []
+    real = native.recurrent
+
+    def spy(*args, **kwargs):
+        done = real(*args, **kwargs)
+        calls.append(done)
+        return done
+
+    monkeypatch.setattr(native, "recurrent", spy)
+    return calls
+
+
+# (op, attrs, lens, init, peep): hidden sizes 17, 33, 70 and 80 leave every tail of the
+# 64- and 16-float GEMV blocks; batch rows of different lengths, both layouts.
+COMPILED_CASES = [
+    ("RNN", {"hidden_size": 17}, None, False, False),
+    ("RNN", {"hidden_size": 33, "direction": "bidirectional", "clip": 0.5}, [7, 3, 0], True, False),
+    ("GRU", {"hidden_size": 70, "linear_before_reset": 1, "direction": "bidirectional"}, [7, 2, 5], True, False),
+    ("GRU", {"hidden_size": 17, "linear_before_reset": 0, "direction": "reverse"}, [1, 7, 4], True, False),
+    ("GRU", {"hidden_size": 33, "layout": 1, "clip": 0.9}, None, True, False),
+    ("LSTM", {"hidden_size": 80, "direction": "bidirectional"}, None, False, False),
+    ("LSTM", {"hidden_size": 17, "direction": "bidirectional", "layout": 1}, [2, 7, 6], True, True),
+    ("LSTM", {"hidden_size": 33, "input_forget": 1, "clip": 0.8, "direction": "reverse"}, [5, 1, 7], True, True),
+]  # fmt: skip
+
+
+@needs_recurrent
+@pytest.mark.parametrize("op,attrs,lens,init,peep", COMPILED_CASES)
+def test_compiled_recurrence_matches_library_and_onnxruntime(op, attrs, lens, init, peep, monkeypatch):
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    layout = attrs.get("layout", 0)
+    ins = _inputs(op, 7, 3, 5, attrs["hidden_size"], dirs, lens=lens, init=init, peep=peep,
+                  layout=layout, seed=11)
+    ins += [None] * ((8 if op == "LSTM" else 6) - len(ins))
+    kernel = _kernel(op, constants={2: ins[2]}, **attrs)
+    calls = _spy(monkeypatch)
+    got = kernel.compute(*ins)
+    assert calls == [True], "the compiled recurrence did not run"
+    # The library's kernel (numpy, step by step) on the same inputs: the two differ only in
+    # the order of the GEMV's sums, which seven steps of recurrence amplify to a few ulps of
+    # the [-1, 1] outputs (3.7e-6 at most here): the tolerance of the onnxruntime comparisons.
+    library_outs = super(rnn._CompiledRecurrence, kernel).compute(*ins)
+    for g, w in zip(got, library_outs, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    # And onnxruntime's, through the shared comparison (which handles layout 1).
+    while ins[-1] is None:
+        ins.pop()
+    _compare(op, ins, **attrs)
+
+
+@needs_recurrent
+def test_compiled_recurrence_reuses_constant_r(monkeypatch):
+    ins = _inputs("LSTM", 4, 1, 3, 5, 1)
+    kernel = _kernel("LSTM", constants={2: ins[2]}, hidden_size=5)
+    first = kernel.compute(*ins)
+    rt = kernel._rt
+    assert rt is not None
+    np.testing.assert_array_equal(rt, ins[2].transpose(0, 2, 1))
+    second = kernel.compute(*ins)
+    assert kernel._rt is rt
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_recurrent
+@pytest.mark.parametrize("op,attrs", [
+    ("RNN", {"activations": ["Relu"]}),
+    ("GRU", {"activations": ["HardSigmoid", "Tanh"]}),
+])  # fmt: skip
+def test_other_activations_take_the_library_path(op, attrs, monkeypatch):
+    ins = _inputs(op, 3, 2, 3, 4, 1)
+    calls = _spy(monkeypatch)
+    _compare(op, ins, hidden_size=4, **attrs)
+    assert calls == []

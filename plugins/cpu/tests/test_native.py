@@ -241,11 +241,15 @@ def test_maxpool_matches_numpy(numpy_only, attrs):
 # ----------------------------------------------------------------- FusedConv epilogue
 
 
-# FusedConv geometries, one per convolution path: im2col, depthwise, 1x1 (no columns).
+# FusedConv geometries, one per convolution path: im2col, depthwise, 1x1 (no columns), in
+# 2-D and in 1-D (which runs as 2-D over a height of 1).
 CONV_KINDS = {
     "dense3x3": ((2, 3, 6, 5), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
     "depthwise": ((2, 3, 6, 5), (3, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 3}),
     "pointwise": ((2, 3, 6, 5), (4, 3, 1, 1), {}),
+    "dense1d": ((2, 3, 17), (4, 3, 5), {"pads": [2, 2]}),
+    "depthwise1d": ((2, 3, 17), (3, 1, 7), {"pads": [3, 3], "group": 3}),
+    "pointwise1d": ((2, 3, 17), (4, 3, 1), {}),
 }
 
 

@@ -9,7 +9,8 @@ written in place by indexing the time axis, so no transpose is made.
 
 Variable sequence lengths (``sequence_lens``, a steering input read on the host): batch
 entry ``b`` only runs its first ``sequence_lens[b]`` steps; its ``Y`` rows beyond are zero
-and its ``Y_h``/``Y_c`` are the state after its last step. The reverse direction walks the
+and its ``Y_h``/``Y_c`` are the state after its last step (zeros for an entry of length 0,
+as onnxruntime gives, not its initial state). The reverse direction walks the
 time axis backwards with the same mask: an entry's padded steps come first and leave its
 state untouched, so it runs its own valid prefix in reverse with no gather.
 
@@ -162,16 +163,19 @@ class _Recurrent(OpKernel):
             raise ValueError(f"{self.where()}: {name} must have shape {shape}, got {tuple(value.shape)}")
         return value if value.dtype == dtype else self.xp.astype(value, dtype)
 
-    def _mask(self, sequence_lens: Any, seq: int, batch: int) -> Any:
-        """``[seq, batch, 1]`` step-is-valid flags, or None when every entry runs ``seq`` steps."""
+    def _mask(self, sequence_lens: Any, seq: int, batch: int) -> tuple[Any, Any]:
+        """``[seq, batch, 1]`` step-is-valid flags (None when every entry runs ``seq``
+        steps), and ``[batch, 1]`` flags of the entries with no step at all (None when
+        there are none): onnxruntime gives those zeros as final states, not the initial ones."""
         if sequence_lens is None:
-            return None
+            return None, None
         lens = self.host(sequence_lens).astype(np.int64).reshape(-1)
         if lens.shape != (batch,) or (lens < 0).any() or (lens > seq).any():
             raise ValueError(f"{self.where()}: sequence_lens must be {batch} values in [0, {seq}]")
+        empty = self.xp.asarray((lens == 0)[:, None]) if (lens == 0).any() else None
         if (lens == seq).all():
-            return None
-        return self.xp.asarray((np.arange(seq)[:, None] < lens)[..., None])
+            return None, empty
+        return self.xp.asarray((np.arange(seq)[:, None] < lens)[..., None]), empty
 
     def compute(self, X, W, R, B=None, sequence_lens=None, initial_h=None, *rest):
         xp = self.xp
@@ -189,7 +193,7 @@ class _Recurrent(OpKernel):
         w, r = self._shaped(W, None, (), work), self._shaped(R, None, (), work)
         b = None if B is None else self._shaped(B, "B", (dirs, 2 * gh), work)
         p = None if P is None or not self.has_cell else self._shaped(P, "P", (dirs, 3 * hs), work)
-        mask = self._mask(sequence_lens, seq, batch)
+        mask, empty = self._mask(sequence_lens, seq, batch)
         time_axis = self.layout  # of X and of each direction's Y: indexed, never transposed
 
         ys, y_hs, y_cs = [], [], []
@@ -213,6 +217,9 @@ class _Recurrent(OpKernel):
                     out[t] = xp.where(m, h_new, zero)
             ys.append(xp.stack(out, axis=time_axis) if seq else
                       xp.zeros((0, batch, hs) if time_axis == 0 else (batch, 0, hs), dtype=work))
+            if empty is not None:
+                h = xp.where(empty, 0.0, h)
+                c = None if c is None else xp.where(empty, 0.0, c)
             y_hs.append(h)
             y_cs.append(c)
         # Y: [seq, dirs, batch, hidden] (layout 0) or [batch, seq, dirs, hidden] (layout 1);

@@ -178,6 +178,8 @@ def conv_forward_finished(
     :func:`native.epilogue` applied image by image (plane by plane for depthwise) while
     the output is still in cache, when the compiled code can take it; the flag says
     whether it was applied (if not, the caller applies it to the whole output)."""
+    if len(kernel) == 1:
+        return _as_two_dimensional(x, wp, kernel, strides, dilations, win, pad_value, finish)
     n, c = x.shape[:2]
     group, m_per_g, k_per_g = wp.shape
     if c % group:
@@ -224,6 +226,29 @@ def conv_forward_finished(
         if r1 == out[0] and not applied:  # images [n0, n1) are complete
             _finish_images(y, finish, n0, n1)
     return y, finish is not None
+
+
+def _as_two_dimensional(
+    x: np.ndarray,
+    wp: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    win: Window,
+    pad_value: Any,
+    finish: tuple[Any, ...] | None,
+) -> tuple[np.ndarray, bool]:
+    """A 1-D convolution as a 2-D one over a height of 1 (views, no copies): the compiled
+    im2col, depthwise and GEMM-epilogue paths are 2-D, and the generic im2col loops over
+    taps in Python — one iteration per tap, 512 of them for an STFT front end's filters."""
+    lifted = Window((1,) + win.out_shape, (0,) + win.pads_begin, (0,) + win.pads_end,
+                    (0,) + win.extra_end)
+    if finish is not None and finish[1] is not None:
+        finish = (finish[0], finish[1][:, :, None], *finish[2:])
+    y, finished = conv_forward_finished(
+        x[:, :, None], wp, (1,) + kernel, (1,) + strides, (1,) + dilations, lifted, pad_value, finish
+    )
+    return y.reshape(y.shape[:2] + win.out_shape), finished
 
 
 def _image_finish(
