@@ -146,6 +146,37 @@ def test_constant_folding_leaves_big_outputs_and_random_ops_alone(tmp_path):
     assert "ConstantOfShape" in ops and "RandomUniform" in ops
 
 
+def _qdq_conv_model() -> onnx.ModelProto:
+    """x → Q → DQ → Conv(W = DQ(int8 constant)) → y: a QDQ model's convolution."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q_x"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq_x"),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], name="dq_w", axis=0),
+        helper.make_node("Conv", ["xd", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+    ]
+    inits = {
+        "xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8),
+        "wq": rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8),
+        "ws": np.array([0.01, 0.02, 0.015, 0.03], np.float32), "wz": np.zeros(4, np.int8),
+    }
+    return make_model(nodes, [tensor("x", [1, 3, 8, 8])], [tensor("y", [1, 4, 8, 8])], inits, opset=17)
+
+
+def test_weight_dequantize_folds_unless_a_provider_reads_qdq_groups(tmp_path):
+    model = _qdq_conv_model()
+    feeds = {"x": _randn(1, 3, 8, 8)}
+    # CPU only: the weights' DequantizeLinear becomes a float constant (the activations'
+    # QuantizeLinear/DequantizeLinear pair stays: it changes values).
+    ops = _optimized_ops(model, tmp_path)
+    assert ops.count("DequantizeLinear") == 1 and ops.count("QuantizeLinear") == 1, ops
+    _assert_equivalent(model, feeds)
+    # With the simulated NPU (its int8 mode absorbs QDQ groups, weights included) it stays.
+    if "SimNPUExecutionProvider" in onyxrt.get_available_providers():
+        ops = _optimized_ops(model, tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
+        assert ops.count("DequantizeLinear") == 2, ops
+
+
 def test_identity_cast_and_dead_nodes_are_removed(tmp_path):
     nodes = [
         helper.make_node("Identity", ["x"], ["i"], name="identity"),

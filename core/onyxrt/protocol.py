@@ -183,6 +183,12 @@ class ExecutionProvider(abc.ABC):
     device_names: ClassVar[tuple[str, ...]] = ()
     #: The DLPack device type of this provider's memory (2 CUDA, 10 ROCm), if it has one.
     dlpack_device_type: ClassVar[int | None] = None
+    #: Whether the provider reads a QDQ model's QuantizeLinear/DequantizeLinear groups to
+    #: run quantized arithmetic (an NPU's int8 mode). When no provider of a session does,
+    #: the optimizer folds the DequantizeLinear of constant weights into float constants at
+    #: creation (a float kernel then sees a constant weight: packed once, not dequantized
+    #: and repacked on every run); when one does, those nodes are kept for it.
+    uses_qdq_groups: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = (

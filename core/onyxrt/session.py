@@ -383,7 +383,7 @@ class InferenceSession:
         infer = functools.partial(_infer_shapes, logger=self._logger)
         ctx = PassContext(
             can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants,
-            infer_shapes=infer,
+            infer_shapes=infer, fold_dequantized_weights=not any(p.uses_qdq_groups for p in providers),
         )
         proto = optimize(proto, self._sess_options.graph_optimization_level, infer, ctx, self._disabled_passes)
         if self._sess_options.optimized_model_filepath:

@@ -57,3 +57,7 @@ class PassContext:
     #: The session's shape inference (``model → model`` with value_info filled in): constant
     #: folding runs it again after each round that folded something, to a fixpoint.
     infer_shapes: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None
+    #: Whether DequantizeLinear of constants (a QDQ model's weights) may fold into float
+    #: constants: false when a provider of the session reads QDQ groups
+    #: (:attr:`~onyxrt.protocol.ExecutionProvider.uses_qdq_groups`).
+    fold_dequantized_weights: bool = False

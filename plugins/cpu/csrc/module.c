@@ -11,6 +11,9 @@ static PyMethodDef methods[] = {
      "qgemm_supported() -> whether this CPU has AVX-512 VNNI for qgemm_u8s8."},
     {"logistic_tanh", py_logistic_tanh, METH_VARARGS,
      "logistic_tanh(x, out, tanh): out = sigmoid(x), or tanh(x), as onnxruntime's MLAS computes them."},
+    {"quantize8", py_quantize8, METH_VARARGS,
+     "quantize8(x, y, scale, zero_point, signed, dequantize): per-tensor QuantizeLinear of "
+     "float32 x into (u)int8 y, or with dequantize DequantizeLinear of (u)int8 x into float32 y."},
     {"recurrent", py_recurrent, METH_VARARGS,
      "recurrent(cell, seq, batch, hidden, dirs, xw, rt, peepholes, rbh, h, c, lens, y, reverse, "
      "clip, input_forget): the recurrence of RNN (0), GRU (1) or LSTM (2) with default "

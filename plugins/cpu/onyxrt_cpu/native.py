@@ -42,6 +42,8 @@ __all__ = [
     "tanh",
     "RECURRENT",
     "recurrent",
+    "quantize8",
+    "dequantize8",
     "PackedInt8",
     "QGEMM",
     "pack_int8",
@@ -201,6 +203,41 @@ def _logistic_tanh(x: np.ndarray, out: np.ndarray | None, is_tanh: bool) -> np.n
         return None
     y = np.empty_like(x) if out is None else out
     _native.logistic_tanh(x, y, is_tanh)
+    return y
+
+
+_INT8_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _per_tensor(scale: np.ndarray, zero_point: np.ndarray | None, dtype: np.dtype[Any]) -> tuple[float, int] | None:
+    """(scale, zero point) of a per-tensor float32 scale and ``dtype`` zero point, or None."""
+    if scale.size != 1 or scale.dtype != _F32 or not ENABLED or not hasattr(_native, "quantize8"):
+        return None
+    if zero_point is not None and (zero_point.size != 1 or zero_point.dtype != dtype):
+        return None
+    return float(scale.reshape(())), 0 if zero_point is None else int(zero_point.reshape(()))
+
+
+def quantize8(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out: np.dtype[Any]) -> np.ndarray | None:
+    """Per-tensor QuantizeLinear of a float32 ``x`` into int8/uint8 ``out`` as onnxruntime
+    computes it (true division, half to even, saturation, NaN to the lowest value), in one
+    pass; ``None`` when the call does not qualify."""
+    params = _per_tensor(scale, zero_point, out) if out in _INT8_TYPES and x.dtype == _F32 else None
+    if params is None:
+        return None
+    y = np.empty(x.shape, out)
+    _native.quantize8(np.ascontiguousarray(x), y, params[0], params[1], out == np.int8, False)
+    return y
+
+
+def dequantize8(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None) -> np.ndarray | None:
+    """Per-tensor DequantizeLinear of an int8/uint8 ``x`` into float32 in one pass; ``None``
+    when the call does not qualify."""
+    params = _per_tensor(scale, zero_point, x.dtype) if x.dtype in _INT8_TYPES else None
+    if params is None:
+        return None
+    y = np.empty(x.shape, _F32)
+    _native.quantize8(np.ascontiguousarray(x), y, params[0], params[1], x.dtype == np.int8, True)
     return y
 
 

@@ -23,6 +23,8 @@ from kernel_cases import (
     input_names,
     one_node,
     one_node_model,
+    op_output,
+    op_output_onnxruntime,
     randn,
     run_case,
     run_op,
@@ -33,7 +35,9 @@ from onnx.reference import ReferenceEvaluator
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
+from onyxrt_cpu import native
 from onyxrt_cpu.kernels import registry
+from onyxrt_cpu.kernels.quantization import dequantize, quantize
 
 OPS = [
     "QuantizeLinear",
@@ -449,3 +453,45 @@ def test_qlinearconv_depthwise_1d_and_deep_3d():
         np.int8(2),
     ]
     check("QLinearConv", ins, 10, [np.int8], pads=[1, 1, 1, 1, 1, 1])
+
+
+# ---------------------------------------- per-tensor 8-bit QuantizeLinear/DequantizeLinear
+
+
+def _edge_values(n, seed):
+    """Random values at several scales plus what rounding and saturation must get right:
+    halves (ties to even), NaN, infinities, huge values, negative zero."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * rng.choice([0.5, 3.0, 40.0, 400.0], n)).astype(np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, 0.5, 1.5, 2.5, -0.5, -1.5, 254.5, 127.5,
+                        -128.5, 1e30, -1e30, -0.0], np.float32)
+    x[: special.size] = special
+    return x
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+@pytest.mark.parametrize(("zp_dtype", "zp_value"), [
+    (np.uint8, None), (np.uint8, 0), (np.uint8, 3), (np.uint8, 200),
+    (np.int8, None), (np.int8, 0), (np.int8, 3), (np.int8, -7),
+])  # fmt: skip
+@pytest.mark.parametrize("scale_shape", [(), (1,)])
+def test_compiled_quantize_dequantize_match_numpy_and_onnxruntime(zp_dtype, zp_value, scale_shape, monkeypatch):
+    x = _edge_values(1003, seed=5).reshape(17, 59)  # odd sizes: no whole vector rows
+    scale = np.full(scale_shape, 0.37, np.float32)
+    zp = None if zp_value is None else np.full(scale_shape, zp_value, zp_dtype)
+    calls = []
+    for name in ("quantize8", "dequantize8"):
+        real = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
+    out_type = np.dtype(zp_dtype)
+    attrs = {} if zp is not None else {"output_dtype": 3 if zp_dtype == np.int8 else 2}
+    q = op_output("QuantizeLinear", [x, scale, zp], 21, **attrs)
+    dq = op_output("DequantizeLinear", [q, scale, zp], 21)
+    assert calls == ["quantize8", "dequantize8"]
+    monkeypatch.undo()
+    assert q.dtype == out_type
+    np.testing.assert_array_equal(q, quantize(x, scale, zp, out_type))
+    np.testing.assert_array_equal(dq, dequantize(q, scale, zp, np.dtype(np.float32)))
+    q_ort = op_output_onnxruntime("QuantizeLinear", [x, scale, zp], 21, out_type, **attrs)
+    np.testing.assert_array_equal(q, q_ort)
+    np.testing.assert_array_equal(dq, op_output_onnxruntime("DequantizeLinear", [q, scale, zp], 21, np.float32))

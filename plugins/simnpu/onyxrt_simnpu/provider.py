@@ -78,6 +78,8 @@ class SimNPUExecutionProvider(ExecutionProvider):
     vendor: ClassVar[str] = "onyxrt"
     version: ClassVar[str] = __version__
     device_names: ClassVar[tuple[str, ...]] = ("npu", "simnpu")
+    # Its int8 mode absorbs QDQ groups, weights' DequantizeLinear included.
+    uses_qdq_groups: ClassVar[bool] = True
     option_schema: ClassVar[OptionSchema] = OptionSchema([
         Option("device_id", int, 0, "which NPU (the simulation has one)", minimum=0, maximum=0),
         Option("precision", str, "fp16", "storage and math precision", choices=PRECISIONS),

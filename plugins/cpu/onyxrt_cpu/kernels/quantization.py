@@ -32,6 +32,7 @@ import numpy as np
 from onyxrt_ops import library
 from onyxrt_ops.quantization import expand
 
+from .. import native
 from . import registry
 from ._backend import BACKEND
 from ._spatial import window
@@ -94,12 +95,13 @@ def _saturate(v: np.ndarray, out: np.dtype[Any], saturate: bool = True) -> np.nd
     """Values ``v`` (divided by the scale, zero point added) as ``out``.
 
     Integer targets take ``v`` already rounded (half to even) and clip it to the type's
-    range; float targets are an ml_dtypes cast, clamped to +-max first for float8 when
+    range, NaN to the lowest value (as onnxruntime's MLAS, whose max(v, lo) picks ``lo``);
+    float targets are an ml_dtypes cast, clamped to +-max first for float8 when
     ``saturate`` (NaN stays NaN).
     """
     if _is_int(out):
         lo, hi = _int_range(out)
-        r = np.clip(v, lo, hi)
+        r = np.minimum(np.fmax(v, lo), hi)  # fmax: NaN -> lo
         return r.astype(out) if out not in _SUB_BYTE_INTS else r.astype(np.int32).astype(out)
     if saturate and out in _FLOAT8:
         limit = float(ml_dtypes.finfo(out).max)
@@ -181,6 +183,10 @@ class QuantizeLinear(library.kernel("QuantizeLinear", 28, BACKEND)):
         if y_zero_point is not None and y_zero_point.dtype != out:
             out = self.out_dtype(y_zero_point)  # the zero point's, checked against output_dtype
         out = np.dtype(np.uint8) if out is None else out
+        if self.block_size == 0 and y_scale.ndim <= 1 and (self.precision is None or self.precision == _F32):
+            fast = native.quantize8(x, y_scale, y_zero_point, out)
+            if fast is not None:
+                return (fast,)
         return (quantize(x, y_scale, y_zero_point, out, axis=self.axis,
                          block_size=self.block_size, saturate=self.saturate_float8,
                          precision=self.precision),)
@@ -197,6 +203,10 @@ class DequantizeLinear(library.kernel("DequantizeLinear", 28, BACKEND)):
         out = self.output_dtype
         if out is None:
             out = x_scale.dtype if x_scale.dtype.kind == "f" or x_scale.dtype == _BF16 else _F32
+        if out == _F32 and self.block_size == 0 and x_scale.ndim <= 1:
+            fast = native.dequantize8(x, x_scale, x_zero_point)
+            if fast is not None:
+                return (fast,)
         return (dequantize(x, x_scale, x_zero_point, out, axis=self.axis, block_size=self.block_size),)
 
 
