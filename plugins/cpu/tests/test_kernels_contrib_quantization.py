@@ -66,3 +66,48 @@ def test_matmul_integer_to_float(adt, bdt):
     ours, theirs = _session_pair("MatMulIntegerToFloat", ["a", "b", "sa", "sb", "za", "zb", "bias"], {"a": a},
                                  inits, [5, 33])
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def _nbits_weights(n: int, k: int, block: int, seed: int = 0):
+    """4-bit B (N, k_blocks, block / 2) packed low nibble first, scales, packed zero points."""
+    rng = np.random.default_rng(seed)
+    kb = -(-k // block)
+    q = rng.integers(0, 16, (n, kb * block)).astype(np.uint8)
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(n, kb, block // 2)
+    scales = (rng.random((n * kb,)) * 0.05 + 0.01).astype(np.float32)
+    zp = rng.integers(0, 16, (n, kb + (kb % 2))).astype(np.uint8)
+    zps = (zp[:, 0::2] | (zp[:, 1::2] << 4)).reshape(-1)
+    return packed, scales, zps
+
+
+@pytest.mark.parametrize("budget", [None, 0], ids=["dequantized_once", "over_budget"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matmul_nbits_with_constant_weights_matches_onnxruntime(monkeypatch, budget, with_bias):
+    if budget is not None:
+        monkeypatch.setattr(contrib_quantization, "DEQUANTIZED_WEIGHTS_BUDGET", budget)
+    k, n, block = 80, 37, 32  # K not a multiple of the block, N odd
+    b, scales, zps = _nbits_weights(n, k, block)
+    a = np.random.default_rng(1).standard_normal((2, 5, k)).astype(np.float32)
+    inits = {"b": b, "scales": scales, "zps": zps}
+    inputs = ["a", "b", "scales", "zps"]
+    if with_bias:
+        inits["bias"] = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+        inputs += ["", "bias"]
+    node = helper.make_node("MatMulNBits", inputs, ["y"], domain=MS, K=k, N=n, bits=4, block_size=block)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 5, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, n])],
+        [numpy_helper.from_array(v, name) for name, v in inits.items()])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                             ir_version=10).SerializeToString()
+    session = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"])
+    kernels = [k_ for k_ in _kernels(session) if isinstance(k_, contrib_quantization.MatMulNBits)]
+    assert len(kernels) == 1 and (kernels[0]._weights is None) == (budget == 0)
+    ours = session.run(None, {"a": a})[0]
+    theirs = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def _kernels(session: onyxrt.InferenceSession) -> list:
+    """The kernel objects of a session's plan (each step runs a kernel's bound compute)."""
+    return [getattr(step.fn, "__self__", None) for step in session._plan.steps]

@@ -464,7 +464,7 @@ class AttnLSTM(LSTM):
                              f"memory depth {depth} and batch {batch}")
         b = None if B is None else self._shaped(B, "B", (dirs, 8 * hs), work)
         p = None if P is None else self._shaped(P, "P", (dirs, 3 * hs), work)
-        mask = self._mask(sequence_lens, seq, batch)
+        mask, _ = self._mask(sequence_lens, seq, batch)
         if memory_seq_lens is None:
             mem_len = np.full(batch, steps)
         else:

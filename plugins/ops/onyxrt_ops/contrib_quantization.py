@@ -730,7 +730,7 @@ class DynamicQuantizeLSTM(LSTM, _IntProduct):
         p = None if P is None else self._shaped(P, "P", (dirs, 3 * hs), self.f32)
         ws = self.weights(W, W_scale, W_zero_point, "W")
         rs = self.weights(R, R_scale, R_zero_point, "R")
-        mask = self._mask(sequence_lens, seq, batch)  # validates sequence_lens
+        mask, _ = self._mask(sequence_lens, seq, batch)  # validates sequence_lens
         lens = (np.full(batch, seq, np.int64) if sequence_lens is None
                 else self.host(sequence_lens).astype(np.int64).reshape(-1))
         steps = int(lens.max(initial=0)) if batch else seq
