@@ -306,6 +306,26 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/run.py", *session.posargs)
 
 
+@nox.session
+def bench_models(session: nox.Session) -> None:
+    """Model families against onnxruntime (benchmarks/families.py): real torch exports, their
+    quantized versions (onnxruntime's quantization tools), recurrent and tiny models; each
+    runtime in its own fresh process. Exports into a tmp folder first (skipped when the
+    files are there). Not a default session: torch and transformers are large.
+
+        nox -s bench_models                                    # every family
+        nox -s bench_models -- --families recurrent,tiny --runs 10
+    """
+    _install_project(session, _installable_plugins())
+    session.install(*TEST_REQUIREMENTS)
+    session.install("torch", "transformers", "onnxscript")
+    out = Path(session.create_tmp()) / "exports"
+    names = ["resnet50", "mobilenet_v2", "bert", "gpt2", "vit"]
+    if not all((out / f"{name}.onnx").is_file() for name in names):
+        session.run("python", "benchmarks/real_exports.py", "--out", str(out))
+    session.run("python", "benchmarks/families.py", "--exports", str(out), *session.posargs)
+
+
 #: PyPI libraries that ship ONNX models inside their wheels and run them on onnxruntime, each
 #: driven through its public API by tests/ecosystem/drive_<name>.py. Pinned to the releases
 #: the drivers were written against; onnxruntime comes in as their dependency (the reference).
