@@ -27,7 +27,8 @@ Every measurement is a fresh Python process running one runtime on one model; ru
 alternate (onnxruntime, onyxrt, onnxruntime, onyxrt, ... ``--repeats`` times each). The
 children run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from the environment. A
 child takes t0 before ``import onnxruntime``/``import onyxrt`` (numpy is imported by the
-runtime, so it is counted too), creates the session from the file path (CPU provider,
+runtime, so it is counted too; onyxrt's modules are byte-compiled first, as a pip install
+leaves them), creates the session from the file path (CPU provider,
 default options): creation = import + creation; first run = the first ``run``; then
 ``WARMUP_RUNS`` untimed runs and ``--runs`` timed ones: their median. Feeds come from the
 session's inputs, deterministically (numpy ``default_rng(0)``): free dims batch=1, seq=128,
@@ -337,6 +338,24 @@ def positive(text: str) -> int:
     return value
 
 
+#: onyxrt's packages, byte-compiled before measuring (see :func:`byte_compile_onyxrt`).
+ONYXRT_PACKAGES = ("onyxrt", "onyxrt_cpu", "onyxrt_ops", "onyxrt_gpu", "onyxrt_cuda", "onyxrt_rocm", "onyxrt_simnpu")
+
+
+def byte_compile_onyxrt() -> None:
+    """Write the .pyc files of onyxrt's packages, as ``pip install`` does for a wheel (and
+    did for onnxruntime's): an editable checkout run with PYTHONDONTWRITEBYTECODE set (as on
+    the development machine) would otherwise compile every module in every child and bill
+    ~180 ms of compilation to onyxrt's session creation."""
+    import compileall
+    import importlib.util
+
+    for name in ONYXRT_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            compileall.compile_dir(folder, quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", type=model_list, default=list(FAMILIES),
@@ -356,6 +375,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
     sys.path.insert(0, str(HERE))
+    byte_compile_onyxrt()
     exports = args.exports or default_exports()
     print(f"each runtime alone in a fresh process, alternating, {args.repeats} repeats; "
           f"median of {args.runs} runs per process; exports from {exports}", flush=True)

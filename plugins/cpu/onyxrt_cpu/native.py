@@ -44,6 +44,7 @@ __all__ = [
     "recurrent",
     "quantize8",
     "dequantize8",
+    "tree_leaves",
     "PackedInt8",
     "QGEMM",
     "pack_int8",
@@ -239,6 +240,28 @@ def dequantize8(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None)
     y = np.empty(x.shape, _F32)
     _native.quantize8(np.ascontiguousarray(x), y, params[0], params[1], x.dtype == np.int8, True)
     return y
+
+
+def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:
+    """The leaf each (sample, tree) of float64 ``x`` (N, features) reaches in ``forest``
+    (an :class:`onyxrt_ops.ml` forest: roots, feature, split, mode, true/false ids and leaf
+    flags, missing_true), as int64 (N, trees); ``None`` when the call does not qualify
+    (module not built, BRANCH_MEMBER nodes). ``ValueError`` for a walk that leaves the
+    nodes or loops."""
+    if not ENABLED or not hasattr(_native, "tree_leaves") or forest.members or x.ndim != 2 or x.shape[1] < 1:
+        return None
+    arrays = getattr(forest, "_compiled_arrays", None)
+    if arrays is None:
+        as64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+        as8 = lambda a: np.ascontiguousarray(a, dtype=np.uint8)  # noqa: E731
+        arrays = (as64(forest.roots), as64(forest.feature), np.ascontiguousarray(forest.split, dtype=np.float64),
+                  as64(forest.mode), as64(forest.true_id), as8(forest.true_leaf), as64(forest.false_id),
+                  as8(forest.false_leaf), as8(forest.missing_true))
+        forest._compiled_arrays = arrays
+    out = np.empty((x.shape[0], len(forest.roots)), np.int64)
+    _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
+                        forest.weight.shape[0])
+    return out
 
 
 #: Whether :func:`recurrent` runs here (the module built with csrc/recurrent.c, and on).

@@ -72,11 +72,15 @@ class CPUExecutionProvider(KernelRegistryProvider):
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
+        self._devices: tuple[Device, ...] | None = None
         tune_malloc()  # once per process: see malloc_tuning for why
         share_pool()  # once per process: see blas_threads for why
         memory_guard.install()  # the session's memory limits on every numpy allocation
 
     def devices(self) -> Sequence[Device]:
         """The host CPU."""
-        return (Device("cpu", platform.processor() or platform.machine() or "generic",
-                       memory_space=HOST_MEMORY),)
+        # Made once: every run asks for it (where each output lives).
+        if self._devices is None:
+            self._devices = (Device("cpu", platform.processor() or platform.machine() or "generic",
+                                    memory_space=HOST_MEMORY),)
+        return self._devices

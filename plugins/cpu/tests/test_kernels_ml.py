@@ -24,7 +24,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
+from onyxrt_cpu import native
 from onyxrt_cpu.kernels import registry
+from onyxrt_ops.ml import _Forest
 
 ML = "ai.onnx.ml"
 OPS = ["LabelEncoder", "TreeEnsemble", "ArrayFeatureExtractor", "Binarizer"]
@@ -340,3 +342,80 @@ def test_linear_regressor_matches_onnxruntime(post):
 
 def test_onnx_module_is_importable():
     assert onnx.defs.get_schema("TreeEnsemble", domain=ML).since_version == 5
+
+
+# ------------------------------------------------ the compiled tree walk (csrc/trees.c)
+
+
+def _random_forest(n_features: int, trees: int, depth: int, seed: int) -> _Forest:
+    """Complete binary trees of ``depth`` levels with random features, splits, every
+    comparison mode and random missing-value directions; leaf j votes for target j % 3."""
+    rng = np.random.default_rng(seed)
+    feature, split, mode, missing = [], [], [], []
+    true_id, true_leaf, false_id, false_leaf, roots = [], [], [], [], []
+    leaves = 0
+    for _ in range(trees):
+        base = len(feature)
+        roots.append(base)
+        internal = 2**depth - 1
+        for i in range(internal):
+            feature.append(int(rng.integers(0, n_features)))
+            split.append(float(rng.choice([rng.standard_normal(), 0.0, 0.5])))
+            mode.append(int(rng.integers(0, 6)))
+            missing.append(int(rng.integers(0, 2)))
+            for side, (ids, flags) in enumerate(((true_id, true_leaf), (false_id, false_leaf))):
+                child = 2 * i + 1 + side
+                if child < internal:
+                    ids.append(base + child)
+                    flags.append(0)
+                else:
+                    ids.append(leaves)
+                    flags.append(1)
+                    leaves += 1
+    arr = np.asarray
+    return _Forest(
+        roots=arr(roots, np.int64), feature=arr(feature, np.int64), split=arr(split), mode=arr(mode, np.int64),
+        true_id=arr(true_id, np.int64), true_leaf=arr(true_leaf), false_id=arr(false_id, np.int64),
+        false_leaf=arr(false_leaf), missing_true=arr(missing), members={},
+        contrib_leaf=np.arange(leaves), contrib_target=np.arange(leaves) % 3,
+        contrib_weight=rng.standard_normal(leaves), n_leaves=leaves, n_targets=3,
+    )
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+@pytest.mark.parametrize("rows", [1, 7, 300])
+def test_compiled_tree_walk_matches_the_numpy_walk(rows):
+    forest = _random_forest(n_features=5, trees=9, depth=5, seed=rows)
+    rng = np.random.default_rng(rows)
+    x = rng.choice([-1.0, 0.0, 0.5, np.nan, np.inf], (rows, 5)) * rng.random((rows, 5)) * 2
+    x[:, 0] = rng.standard_normal(rows)
+    x[0, :] = [0.0, 0.5, np.nan, -np.inf, 0.5]  # ties with the splits, NaN, infinities
+    assert forest.walker is None
+    want = forest.leaves(x)
+    forest.walker = native.tree_leaves
+    got = forest.leaves(x)
+    assert got.dtype == np.int64 and got.shape == (rows, 9)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+def test_compiled_tree_walk_refuses_a_cycle():
+    forest = _random_forest(n_features=2, trees=1, depth=2, seed=0)
+    forest.false_id[0], forest.false_leaf[0] = 0, False  # the root's false side loops to itself
+    forest.mode[0], forest.split[0] = 0, -np.inf  # x <= -inf: always false
+    with pytest.raises(ValueError, match="looped"):
+        native.tree_leaves(np.zeros((1, 2)), forest)
+
+
+def test_tree_ensembles_take_the_compiled_walk_where_built():
+    node = onnx.helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.5, 0.0, 0.0],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+        target_treeids=[0, 0], target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, 2.0])
+    kdef, _ = registry.lookup("ai.onnx.ml", "TreeEnsembleRegressor", 3)
+    kernel = kdef.factory(KernelInfo.from_node(node, 3, since_version=kdef.since_version))
+    assert (kernel.forest.walker is native.tree_leaves) == native.ENABLED
+    y = kernel.compute(np.array([[0.2], [0.9], [np.nan]], np.float32))[0]
+    np.testing.assert_array_equal(y.ravel(), [1.0, 2.0, 2.0])

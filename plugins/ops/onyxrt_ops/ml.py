@@ -314,7 +314,13 @@ class _Forest:
     """Flattened trees. Node ``i`` tests ``x[feature[i]] <mode[i]> split[i]`` and goes to
     ``true_id[i]`` (a leaf index when ``true_leaf[i]``, else a node index) or the false side.
     Leaf ``j`` adds ``weights[j]`` to target ``targets[j]`` (a leaf may appear several times
-    in these lists, once per contribution)."""
+    in these lists, once per contribution).
+
+    ``walker``, when a backend offers one (its ``tree_leaves`` extra: ``walker(x, forest)``
+    → the (N, trees) leaves, or None where it does not apply), walks the trees instead of
+    the level-by-level numpy walk of :meth:`leaves`."""
+
+    walker: Any = None
 
     def __init__(self, *, roots: np.ndarray, feature: np.ndarray, split: np.ndarray, mode: np.ndarray,
                  true_id: np.ndarray, true_leaf: np.ndarray, false_id: np.ndarray, false_leaf: np.ndarray,
@@ -326,6 +332,7 @@ class _Forest:
         self.true_id, self.true_leaf = true_id, true_leaf.astype(bool)
         self.false_id, self.false_leaf = false_id, false_leaf.astype(bool)
         self.missing_true = missing_true.astype(bool)
+        self.max_feature = int(feature.max(initial=-1))
         self.members = members
         self.n_targets = n_targets
         if len(contrib_target) and ((contrib_target < 0) | (contrib_target >= n_targets)).any():
@@ -345,11 +352,15 @@ class _Forest:
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """The leaf each (sample, tree) reaches: int array of shape (N, n_trees)."""
         n, n_trees = x.shape[0], len(self.roots)
+        if self.max_feature >= x.shape[1]:
+            raise ValueError(f"a node reads feature {self.max_feature} of {x.shape[1]}")
+        if self.walker is not None and n:
+            walked = self.walker(x, self)
+            if walked is not None:
+                return walked
         cur = np.broadcast_to(self.roots, (n, n_trees)).copy()
         done = np.zeros((n, n_trees), dtype=bool)
         rows = np.broadcast_to(np.arange(n)[:, None], (n, n_trees))
-        if len(self.feature) and self.feature.max(initial=0) >= x.shape[1]:
-            raise ValueError(f"a node reads feature {self.feature.max()} of {x.shape[1]}")
         while not done.all():
             active = np.flatnonzero(~done.ravel())
             node = cur.ravel()[active]
@@ -450,6 +461,7 @@ class TreeEnsemble(_MLKernel):
                 n_targets=int(info.attr("n_targets", int(targets.max(initial=-1)) + 1)))
         except ValueError as exc:
             raise InvalidGraph(f"{self.where()}: {exc}") from None
+        self.forest.walker = self.backend.extras.get("tree_leaves")
 
     def compute(self, x: Any) -> tuple[Any]:
         xh = self.host(x)
@@ -554,6 +566,7 @@ class TreeEnsembleRegressor(_MLKernel):
         base = self.floats("base_values", tensor=True)
         v_target = np.asarray(info.attr("target_ids", []), dtype=np.int64)
         self.forest = _old_forest(self, "target", int(info.attr("n_targets", int(v_target.max(initial=-1)) + 1)))
+        self.forest.walker = self.backend.extras.get("tree_leaves")
         if len(base) not in (0, self.forest.n_targets):
             raise InvalidGraph(f"{self.where()}: base_values must have n_targets entries")
         self.base = base if len(base) else None
@@ -579,6 +592,7 @@ class TreeEnsembleClassifier(_MLKernel):
         self.post = self.post_attr()
         self.base = self.floats("base_values", tensor=True)
         self.forest = _old_forest(self, "class", n)
+        self.forest.walker = self.backend.extras.get("tree_leaves")
         ids = np.asarray(info.attr("class_ids", []), dtype=np.int64)
         self.binary_case = n == 2 and len(set(ids.tolist())) == 1
         self.all_positive = bool((self.floats("class_weights", tensor=True) >= 0).all())

@@ -2,7 +2,8 @@
 element type numpy holds, the float64 ``erf`` of :mod:`._special` (numpy has none), and
 ``sigmoid``/``tanh`` as onnxruntime computes them in float32 (:func:`.native.logistic`,
 bit-identical to its MLAS kernels where the compiled module is built), which the library's
-recurrent operators take for their gates."""
+recurrent operators take for their gates; and ``tree_leaves``, the compiled walk of the
+ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`)."""
 
 from __future__ import annotations
 
@@ -40,4 +41,5 @@ def tanh(x: Any) -> Any:
 
 
 #: What the library's operators compute with on the CPU (bound in ``kernels/__init__``).
-BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh})
+BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
+                                "tree_leaves": native.tree_leaves})
