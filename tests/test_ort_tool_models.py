@@ -164,6 +164,15 @@ def test_quantize_dynamic_output(built, tmp_path, name):
     ops = collections.Counter(n.op_type for n in onnx.load(str(path)).graph.node)
     assert ops["DynamicQuantizeLinear"] or ops["DynamicQuantizeMatMul"], ops
     assert_quantized_close(path, feeds_for(onnx.load(str(source))))
+    # onyxrt's optimizer folds each DynamicQuantizeLinear → MatMulInteger → Cast → Mul
+    # [→ Add] into com.microsoft's fused products, as onnxruntime's does.
+    saved = tmp_path / f"{name}_onyxrt_optimized.onnx"
+    so = onyxrt.SessionOptions()
+    so.optimized_model_filepath = str(saved)
+    onyxrt.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    fused = collections.Counter(n.op_type for n in onnx.load(str(saved)).graph.node)
+    assert fused["MatMulInteger"] == 0 and fused["Cast"] < ops["Cast"], fused
+    assert fused["DynamicQuantizeMatMul"] + fused["MatMulIntegerToFloat"] == ops["MatMulInteger"], fused
 
 
 class _Calibration:

@@ -11,7 +11,9 @@ Levels follow onnxruntime's:
                           standard ONNX in, standard ONNX out
 ``ORT_ENABLE_EXTENDED``   fusions: Conv [+ residual Add] + activation → FusedConv;
                           [Transpose →] MatMul [→ scale] [→ bias] → Gemm / FusedMatMul;
-                          layer normalization and GELU patterns → LayerNormalization, Gelu
+                          layer normalization and GELU patterns → LayerNormalization, Gelu;
+                          DynamicQuantizeLinear → MatMulInteger → Cast → Mul [→ bias] →
+                          com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul
 ``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
                           per vector; :mod:`.layout`), where the CPU provider offers its
                           NCHWc kernels (compiled, on a CPU with AVX-512)
@@ -40,6 +42,7 @@ from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation
 from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
 from .pad_fusion import fuse_pad
+from .quantization_fusions import fuse_integer_matmul
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 from .transformer_fusions import fuse_gelu, fuse_layer_norm
 
@@ -81,6 +84,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_layer_norm", EXTENDED, fuse_layer_norm),
     Pass("fuse_gelu", EXTENDED, fuse_gelu),
     Pass("fuse_matmul", EXTENDED, fuse_matmul),
+    Pass("fuse_integer_matmul", EXTENDED, fuse_integer_matmul),
     Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
     Pass("convert_to_nchwc", LAYOUT, convert_to_nchwc),
     Pass("eliminate_dead_nodes", BASIC, _plain(eliminate_dead_nodes)),
@@ -107,6 +111,8 @@ ONNXRUNTIME_OPTIMIZER_NAMES: dict[str, tuple[str, ...]] = {
     "TransposeMatMulFusion": ("fuse_matmul",),
     "GemmActivationFusion": ("fuse_matmul",),
     "ConvActivationFusion": ("fuse_conv_activation",),
+    "MatMulIntegerToFloatFusion": ("fuse_integer_matmul",),
+    "DynamicQuantizeMatMulFusion": ("fuse_integer_matmul",),
     "ConvAddActivationFusion": ("fuse_conv_activation",),
     "NchwcTransformer": ("convert_to_nchwc",),
 }

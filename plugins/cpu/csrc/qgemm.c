@@ -5,7 +5,7 @@
  *
  * B is packed ahead (python side, once per constant): K padded to a multiple of 4 and N to
  * a multiple of 64, laid out as [N / 16][K / 4][16 columns][4 k], so one 64-byte load holds
- * four k of sixteen columns. A register tile is 4 rows x 64 columns (16 accumulators); each
+ * four k of sixteen columns. A register tile is 6 rows x 64 columns (24 accumulators); each
  * step broadcasts four bytes of a row of A and multiplies them into four column blocks.
  * The sums are raw: the caller subtracts the zero points' terms. Exact for K < 2**16
  * (|sum| < 2**31). */
@@ -14,7 +14,7 @@
 
 #include "native.h"
 
-#define Q_MR 4
+#define Q_MR 6
 #define Q_NB 4 /* column blocks of 16 per tile: 64 columns */
 
 int
@@ -50,40 +50,67 @@ a_word(const uint8_t *row, idx k4, idx k)
     return w;
 }
 
+/* One tile: rows [m0, m0 + Q_MR) x columns of tile `tile` (Q_NB blocks of 16). Q_MR x Q_NB
+ * = 24 accumulators + Q_NB B vectors + one broadcast of A: 29 of the 32 registers. Each
+ * k4 step loads Q_NB vectors of B and broadcasts Q_MR words of A for 24 VPDPBUSD. The
+ * accumulators are named variables, not an array: GCC kept an array of them on the stack,
+ * storing every one after each multiply-add (4x slower). */
+#define QROW(r)                                                                            \
+    do {                                                                                   \
+        const __m512i av = _mm512_set1_epi32(WORD(r));                                     \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                                    \
+        c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);                                    \
+        c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);                                    \
+        c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);                                    \
+    } while (0)
+
+static inline int32_t
+a_full_word(const uint8_t *row, idx k4)
+{
+    int32_t w;
+    memcpy(&w, row + 4 * k4, 4);
+    return w;
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 qgemm_tile(const QgemmCall *c, idx m0, idx tile)
 {
     const idx rows = c->m - m0 < Q_MR ? c->m - m0 : Q_MR;
-    const uint8_t *arow[Q_MR];
-    for (idx r = 0; r < Q_MR; r++) { /* rows past M repeat the last one; never stored */
-        arow[r] = c->a + (m0 + (r < rows ? r : rows - 1)) * c->lda;
-    }
-    __m512i acc[Q_MR][Q_NB];
-    for (int r = 0; r < Q_MR; r++) {
-        for (int j = 0; j < Q_NB; j++) {
-            acc[r][j] = _mm512_setzero_si512();
-        }
-    }
+    /* rows past M repeat the last one; never stored */
+    const uint8_t *a0 = c->a + (m0 + 0) * c->lda;
+    const uint8_t *a1 = c->a + (m0 + (1 < rows ? 1 : rows - 1)) * c->lda;
+    const uint8_t *a2 = c->a + (m0 + (2 < rows ? 2 : rows - 1)) * c->lda;
+    const uint8_t *a3 = c->a + (m0 + (3 < rows ? 3 : rows - 1)) * c->lda;
+    const uint8_t *a4 = c->a + (m0 + (4 < rows ? 4 : rows - 1)) * c->lda;
+    const uint8_t *a5 = c->a + (m0 + (5 < rows ? 5 : rows - 1)) * c->lda;
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
+    __m512i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    __m512i c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+    __m512i c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+    __m512i c40 = c00, c41 = c00, c42 = c00, c43 = c00;
+    __m512i c50 = c00, c51 = c00, c52 = c00, c53 = c00;
     const int8_t *b = c->bp + tile * Q_NB * c->k4 * 64;
-    const idx full = c->k / 4; /* k4 steps whose four bytes all lie within K */
+    const idx stride = c->k4 * 64; /* bytes between the tile's column blocks */
+    const idx full = c->k / 4;     /* k4 steps whose four bytes all lie within K */
     for (idx k4 = 0; k4 < c->k4; k4++) {
-        __m512i bv[Q_NB];
-        for (int j = 0; j < Q_NB; j++) {
-            bv[j] = _mm512_loadu_si512((const void *)(b + (j * c->k4 + k4) * 64));
-        }
-        for (int r = 0; r < Q_MR; r++) {
-            int32_t w;
-            if (k4 < full) {
-                memcpy(&w, arow[r] + 4 * k4, 4);
-            } else {
-                w = a_word(arow[r], k4, c->k);
-            }
-            const __m512i av = _mm512_set1_epi32(w);
-            for (int j = 0; j < Q_NB; j++) {
-                acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], av, bv[j]);
-            }
+        const int8_t *bk = b + k4 * 64;
+        const __m512i b0 = _mm512_loadu_si512((const void *)bk);
+        const __m512i b1 = _mm512_loadu_si512((const void *)(bk + stride));
+        const __m512i b2 = _mm512_loadu_si512((const void *)(bk + 2 * stride));
+        const __m512i b3 = _mm512_loadu_si512((const void *)(bk + 3 * stride));
+        if (k4 < full) {
+#define WORD(r) a_full_word(a##r, k4)
+            QROW(0); QROW(1); QROW(2); QROW(3); QROW(4); QROW(5);
+#undef WORD
+        } else { /* the last, partial group of four k */
+#define WORD(r) a_word(a##r, k4, c->k)
+            QROW(0); QROW(1); QROW(2); QROW(3); QROW(4); QROW(5);
+#undef WORD
         }
     }
+    const __m512i acc[Q_MR][Q_NB] = {{c00, c01, c02, c03}, {c10, c11, c12, c13},
+                                     {c20, c21, c22, c23}, {c30, c31, c32, c33},
+                                     {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     for (idx r = 0; r < rows; r++) {
         int32_t *out = c->c + (m0 + r) * c->n;
         for (int j = 0; j < Q_NB; j++) {
@@ -97,13 +124,17 @@ qgemm_tile(const QgemmCall *c, idx m0, idx tile)
         }
     }
 }
+#undef QROW
 
+/* Tiles [begin, end): consecutive tiles share a column tile (its panel of B, Q_NB * 16
+ * columns by K, stays in cache) and walk down the rows of A. */
 static void
 qgemm_range(void *ctx, idx begin, idx end)
 {
     const QgemmCall *c = (const QgemmCall *)ctx;
+    const idx row_tiles = (c->m + Q_MR - 1) / Q_MR;
     for (idx i = begin; i < end; i++) {
-        qgemm_tile(c, (i / c->col_tiles) * Q_MR, i % c->col_tiles);
+        qgemm_tile(c, (i % row_tiles) * Q_MR, i / row_tiles);
     }
 }
 #endif

@@ -588,10 +588,11 @@ def test_sigmoid_and_tanh_are_onnxruntimes_bit_for_bit(op):
 
 @pytest.mark.skipif(not native.QGEMM, reason="this CPU has no AVX-512 VNNI: MatMulInteger takes its exact float32 path")
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (1, 5, 3), (3, 7, 70), (5, 768, 768), (9, 4099, 65),
-                                           (128, 64, 129), (0, 8, 4), (4, 0, 3)])  # fmt: skip
+                                           (128, 64, 129), (0, 8, 4), (4, 0, 3), (6, 8, 64), (7, 13, 200),
+                                           (13, 12, 48)])  # fmt: skip
 def test_int8_gemm_is_exact(m, k, n):
     """csrc/qgemm.c: raw u8 x s8 sums in int32, every tail (K not a multiple of 4, N not
-    of 64, M not of 4), and the extremes (255 x -128 over 4099 terms)."""
+    of 64, M not of the 6-row tiles), and the extremes (255 x -128 over 4099 terms)."""
     rng = np.random.default_rng(m * 10007 + k * 101 + n)
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     b = rng.integers(-128, 128, (k, n)).astype(np.int8)
