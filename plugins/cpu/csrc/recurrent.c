@@ -2,7 +2,7 @@
  * Tanh; Sigmoid, Tanh and Tanh), float32. The input projections X W^T + biases of every
  * step are one GEMM made before the call (onyxrt_cpu.kernels.rnn); what is left is the part
  * that cannot be batched over time: per step and batch row, h R^T (a GEMV over R^T, held
- * [hidden, gates * hidden] so that the inner loop runs along a row of it) and the gate
+ * in contiguous panels of 64 columns: see gemv_panels) and the gate
  * math, fused, with onnxruntime's Sigmoid/Tanh (logistic.c). In numpy that step was a
  * matmul and a dozen whole-array calls, ~20 µs of overhead per step before any work.
  *
@@ -22,13 +22,14 @@ typedef struct {
     int cell;
     idx seq, batch, hidden, dirs;
     const float *xw;    /* [dirs][seq][batch][G]: input projections, biases folded in */
-    const float *rt;    /* [dirs][hidden][G]: R^T */
+    const float *rt;    /* per direction: R^T's columns [0, split) in panels, then [split, G) */
+    idx split;          /* G, or 2 hidden for GRU without linear_before_reset */
     const float *peep;  /* LSTM: [dirs][3 hidden] (i, o, f) or NULL */
     const float *rbh;   /* GRU with linear_before_reset: [dirs][hidden] or NULL */
     float *h, *c;       /* [dirs][batch][hidden]: initial states in, final states out */
     const int64_t *lens; /* [batch] valid steps, or NULL: all */
     float *y;           /* [dirs][seq][batch][hidden] */
-    float *scratch;     /* per unit: G + hidden floats */
+    float *scratch;     /* per unit: G + 64 + hidden floats */
     int reverse;        /* bit d: direction d runs backwards */
     float clip;         /* > 0: gates clipped to [-clip, clip] before activation */
     int input_forget;   /* LSTM: f = 1 - i */
@@ -40,50 +41,55 @@ gate_count(int cell)
     return cell == CELL_LSTM ? 4 : cell == CELL_GRU ? 3 : 1;
 }
 
-/* out[j] = base[j] + sum_k v[k] m[k ld + j] for j < cols (base may be NULL: 0). The sum is
- * made first and added to base last, as xw + h @ R^T is in numpy. */
+/* R^T is held in panels of 64 columns: panel p is [hidden][64] floats, contiguous, zero
+ * past the last column (onyxrt_cpu.kernels.rnn packs them), so that each 64-column block
+ * of the GEMV streams one contiguous block of weights (in the plain [hidden][G] layout
+ * every row of a block sat G floats from the last: a page apart at hidden 256).
+ *
+ * out[j] = base[j] + sum_k v[k] R^T[k, j] for the `cols` columns of `panels` (base may be
+ * NULL: 0). The sum is made first and added to base last, as xw + h @ R^T is in numpy. */
 static inline __attribute__((always_inline)) void
-gemv_rows(const float *v, idx kn, const float *m, idx ld, idx cols, const float *base, float *out)
+gemv_panels(const float *v, idx kn, const float *panels, idx cols, const float *base, float *out)
 {
-    idx j = 0;
-    for (; j + 64 <= cols; j += 64) {
+    for (idx j0 = 0; j0 < cols; j0 += 64) {
+        const float *p = panels + j0 * kn; /* panel j0 / 64 */
         v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        for (idx k = 0; k < kn; k++) {
-            const float *row = m + k * ld + j;
+        for (idx k = 0; k < kn; k++, p += 64) {
             const float s = v[k];
-            a0 += s * *(const v16 *)row;
-            a1 += s * *(const v16 *)(row + 16);
-            a2 += s * *(const v16 *)(row + 32);
-            a3 += s * *(const v16 *)(row + 48);
+            a0 += s * *(const v16 *)p;
+            a1 += s * *(const v16 *)(p + 16);
+            a2 += s * *(const v16 *)(p + 32);
+            a3 += s * *(const v16 *)(p + 48);
         }
-        if (base) {
-            a0 += *(const v16 *)(base + j);
-            a1 += *(const v16 *)(base + j + 16);
-            a2 += *(const v16 *)(base + j + 32);
-            a3 += *(const v16 *)(base + j + 48);
+        if (j0 + 64 <= cols) {
+            if (base) {
+                a0 += *(const v16 *)(base + j0);
+                a1 += *(const v16 *)(base + j0 + 16);
+                a2 += *(const v16 *)(base + j0 + 32);
+                a3 += *(const v16 *)(base + j0 + 48);
+            }
+            *(v16 *)(out + j0) = a0;
+            *(v16 *)(out + j0 + 16) = a1;
+            *(v16 *)(out + j0 + 32) = a2;
+            *(v16 *)(out + j0 + 48) = a3;
+        } else {
+            float tail[64];
+            *(v16 *)tail = a0;
+            *(v16 *)(tail + 16) = a1;
+            *(v16 *)(tail + 32) = a2;
+            *(v16 *)(tail + 48) = a3;
+            for (idx j = 0; j < cols - j0; j++) {
+                out[j0 + j] = base ? base[j0 + j] + tail[j] : tail[j];
+            }
         }
-        *(v16 *)(out + j) = a0;
-        *(v16 *)(out + j + 16) = a1;
-        *(v16 *)(out + j + 32) = a2;
-        *(v16 *)(out + j + 48) = a3;
     }
-    for (; j + 16 <= cols; j += 16) {
-        v16 a = {0};
-        for (idx k = 0; k < kn; k++) {
-            a += v[k] * *(const v16 *)(m + k * ld + j);
-        }
-        if (base) {
-            a += *(const v16 *)(base + j);
-        }
-        *(v16 *)(out + j) = a;
-    }
-    for (; j < cols; j++) {
-        float a = 0.0f;
-        for (idx k = 0; k < kn; k++) {
-            a += v[k] * m[k * ld + j];
-        }
-        out[j] = base ? base[j] + a : a;
-    }
+}
+
+/* Floats of `cols` columns of R^T in panels. */
+static inline idx
+panel_floats(idx cols, idx hidden)
+{
+    return (cols + 63) / 64 * 64 * hidden;
 }
 
 static inline void
@@ -103,13 +109,13 @@ cell_step(const RecurrentCall *r, const float *xrow, const float *rt, const floa
 {
     const idx hs = r->hidden, gs = gate_count(r->cell) * hs;
     if (r->cell == CELL_RNN) {
-        gemv_rows(h, hs, rt, gs, hs, xrow, g);
+        gemv_panels(h, hs, rt, hs, xrow, g);
         clip_to(g, hs, r->clip);
         onyxrt_tanh(g, h, hs);
     } else if (r->cell == CELL_GRU) {
         /* Gates z, r, h. With rbh (linear_before_reset): cand = xh + r (h Rh^T + Rbh);
          * without: cand = xh + (r h) Rh^T. */
-        gemv_rows(h, hs, rt, gs, rbh ? gs : 2 * hs, NULL, g);
+        gemv_panels(h, hs, rt, rbh ? gs : 2 * hs, NULL, g);
         for (idx j = 0; j < 2 * hs; j++) {
             g[j] = xrow[j] + g[j];
         }
@@ -125,7 +131,7 @@ cell_step(const RecurrentCall *r, const float *xrow, const float *rt, const floa
             for (idx j = 0; j < hs; j++) {
                 s[j] = rg[j] * h[j];
             }
-            gemv_rows(s, hs, rt + 2 * hs, gs, hs, xrow + 2 * hs, cand);
+            gemv_panels(s, hs, rt + panel_floats(2 * hs, hs), hs, xrow + 2 * hs, cand);
         }
         clip_to(cand, hs, r->clip);
         onyxrt_tanh(cand, cand, hs);
@@ -134,7 +140,7 @@ cell_step(const RecurrentCall *r, const float *xrow, const float *rt, const floa
         }
     } else {
         /* Gates i, o, f, c; peepholes i, o, f. */
-        gemv_rows(h, hs, rt, gs, gs, xrow, g);
+        gemv_panels(h, hs, rt, gs, xrow, g);
         float *gi = g, *go = g + hs, *gf = g + 2 * hs, *gc = g + 3 * hs;
         if (peep) {
             for (idx j = 0; j < hs; j++) {
@@ -176,9 +182,9 @@ recurrent_units(void *ctx, idx begin, idx end)
     const RecurrentCall *r = (const RecurrentCall *)ctx;
     const idx hs = r->hidden, gs = gate_count(r->cell) * hs;
     for (idx u = begin; u < end; u++) {
-        float *scratch = r->scratch + u * (gs + hs);
+        float *scratch = r->scratch + u * (gs + 64 + hs);
         const idx d = u / r->batch, b = u % r->batch;
-        const float *rt = r->rt + d * hs * gs;
+        const float *rt = r->rt + d * (panel_floats(r->split, hs) + panel_floats(gs - r->split, hs));
         const float *peep = r->peep ? r->peep + d * 3 * hs : NULL;
         const float *rbh = r->rbh ? r->rbh + d * hs : NULL;
         float *h = r->h + (d * r->batch + b) * hs;
@@ -194,7 +200,7 @@ recurrent_units(void *ctx, idx begin, idx end)
                 memset(yrow, 0, (size_t)hs * sizeof(float));
                 continue;
             }
-            cell_step(r, r->xw + at * gs, rt, peep, rbh, h, c, yrow, scratch, scratch + gs);
+            cell_step(r, r->xw + at * gs, rt, peep, rbh, h, c, yrow, scratch, scratch + gs + 64);
         }
         if (r->lens && valid == 0) {
             /* A row with no step ends in zeros, not in its initial state (onnxruntime's). */
@@ -212,10 +218,10 @@ py_recurrent(PyObject *self, PyObject *args)
     (void)self;
     PyObject *xwo, *rto, *peepo, *rbho, *ho, *co, *lenso, *yo;
     int cell, reverse, input_forget;
-    Py_ssize_t seq, batch, hidden, dirs;
+    Py_ssize_t seq, batch, hidden, dirs, split;
     float clip;
-    if (!PyArg_ParseTuple(args, "innnnOOOOOOOOifi", &cell, &seq, &batch, &hidden, &dirs, &xwo,
-                          &rto, &peepo, &rbho, &ho, &co, &lenso, &yo, &reverse, &clip,
+    if (!PyArg_ParseTuple(args, "innnnnOOOOOOOOifi", &cell, &seq, &batch, &hidden, &dirs, &split,
+                          &xwo, &rto, &peepo, &rbho, &ho, &co, &lenso, &yo, &reverse, &clip,
                           &input_forget)) {
         return NULL;
     }
@@ -225,11 +231,17 @@ py_recurrent(PyObject *self, PyObject *args)
         return NULL;
     }
     const idx gs = gate_count(cell) * hidden;
+    if (split < 1 || split > gs || (cell == CELL_GRU && split != gs && split != 2 * hidden) ||
+        (cell != CELL_GRU && split != gs)) {
+        PyErr_SetString(PyExc_ValueError, "recurrent: bad split of R's columns");
+        return NULL;
+    }
+    const idx rt_floats = panel_floats(split, hidden) + panel_floats(gs - split, hidden);
     enum { XW, RT, PEEP, RBH, H, C, LENS, Y, VIEWS };
     Py_buffer views[VIEWS];
     memset(views, 0, sizeof(views));
     if (get_f32(xwo, &views[XW], 0, dirs * seq * batch * gs, "xw") < 0 ||
-        get_f32(rto, &views[RT], 0, dirs * hidden * gs, "rt") < 0 ||
+        get_f32(rto, &views[RT], 0, dirs * rt_floats, "rt panels") < 0 ||
         get_optional_f32(peepo, &views[PEEP], dirs * 3 * hidden, "peepholes") < 0 ||
         get_optional_f32(rbho, &views[RBH], dirs * hidden, "rbh") < 0 ||
         get_f32(ho, &views[H], 1, dirs * batch * hidden, "h") < 0 ||
@@ -252,13 +264,13 @@ py_recurrent(PyObject *self, PyObject *args)
             return NULL;
         }
     }
-    float *scratch = (float *)malloc((size_t)(dirs * batch * (gs + hidden)) * sizeof(float));
+    float *scratch = (float *)malloc((size_t)(dirs * batch * (gs + 64 + hidden)) * sizeof(float));
     if (!scratch) {
         release_all(views, VIEWS);
         return PyErr_NoMemory();
     }
     RecurrentCall call = {cell, seq, batch, hidden, dirs, (const float *)views[XW].buf,
-                          (const float *)views[RT].buf, (const float *)views[PEEP].buf,
+                          (const float *)views[RT].buf, split, (const float *)views[PEEP].buf,
                           (const float *)views[RBH].buf, (float *)views[H].buf,
                           (float *)views[C].buf, lens, (float *)views[Y].buf, scratch, reverse,
                           clip, input_forget};

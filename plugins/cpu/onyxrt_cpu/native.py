@@ -42,6 +42,7 @@ __all__ = [
     "tanh",
     "RECURRENT",
     "recurrent",
+    "recurrent_panels",
     "quantize8",
     "dequantize8",
     "tree_leaves",
@@ -279,6 +280,7 @@ def recurrent(
     c: np.ndarray | None,
     y: np.ndarray,
     *,
+    split: int,
     peepholes: np.ndarray | None = None,
     rbh: np.ndarray | None = None,
     lens: np.ndarray | None = None,
@@ -288,8 +290,9 @@ def recurrent(
 ) -> bool:
     """The recurrence of RNN, GRU or LSTM (``cell``: ``CELL_*``) with default activations.
 
-    ``xw`` (dirs, seq, batch, G): the input projections with the biases folded in; ``rt``
-    (dirs, hidden, G): R transposed; ``h``/``c`` (dirs, batch, hidden): initial states,
+    ``xw`` (dirs, seq, batch, G): the input projections with the biases folded in; ``rt``:
+    R transposed, per direction its columns [0, ``split``) then [``split``, G) as made by
+    :func:`recurrent_panels`; ``h``/``c`` (dirs, batch, hidden): initial states,
     overwritten with the final ones; ``y`` (dirs, seq, batch, hidden): every step's h
     (zeros past a row's length). ``peepholes`` (dirs, 3 hidden), ``rbh`` (dirs, hidden:
     GRU's ``linear_before_reset`` bias), ``lens`` (batch, int64), ``reverse`` (bit d:
@@ -300,9 +303,24 @@ def recurrent(
     if lens is not None and (lens.dtype != np.int64 or not lens.flags.c_contiguous):
         return False
     dirs, seq, batch, _ = xw.shape
-    _native.recurrent(cell, seq, batch, h.shape[2], dirs, xw, rt, peepholes, rbh, h, c, lens, y,
-                      reverse, clip, input_forget)
+    _native.recurrent(cell, seq, batch, h.shape[2], dirs, split, xw, rt, peepholes, rbh, h, c, lens,
+                      y, reverse, clip, input_forget)
     return True
+
+
+def recurrent_panels(rt: np.ndarray, split: int) -> np.ndarray:
+    """R^T (dirs, hidden, G) in the layout :func:`recurrent` reads: per direction, columns
+    [0, ``split``) and then [``split``, G), each cut into panels of 64 columns held
+    [hidden][64] contiguously (zeros past the last column), so that every 64-column block
+    of the step's GEMV reads one contiguous run of weights."""
+    dirs, hidden, g = rt.shape
+    parts = []
+    for c0, c1 in ((0, split), (split, g)):
+        blocks = -(-(c1 - c0) // 64)
+        padded = np.zeros((dirs, hidden, blocks * 64), np.float32)
+        padded[:, :, : c1 - c0] = rt[:, :, c0:c1]
+        parts.append(padded.reshape(dirs, hidden, blocks, 64).transpose(0, 2, 1, 3).reshape(dirs, -1))
+    return np.ascontiguousarray(np.concatenate(parts, axis=1))
 
 
 @dataclass(frozen=True)

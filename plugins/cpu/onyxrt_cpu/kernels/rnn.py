@@ -93,7 +93,7 @@ class _CompiledRecurrence:
         y = np.empty((dirs, seq, batch, hs), _F32)
         reverse = sum(1 << d for d, back in enumerate(self.reverse) if back)  # type: ignore[attr-defined]
         done = native.recurrent(
-            self.cell, xw, self._transposed_r(R), h, c, y,
+            self.cell, xw, self._packed_r(R), h, c, y, split=self._split(),
             peepholes=None if P is None else np.ascontiguousarray(P),
             rbh=rbh, lens=lens, reverse=reverse, clip=self.clip or 0.0,  # type: ignore[attr-defined]
             input_forget=bool(getattr(self, "input_forget", 0)),
@@ -129,11 +129,21 @@ class _CompiledRecurrence:
             return np.zeros((dirs, batch, hs), _F32)
         return np.array(value if layout == 0 else value.transpose(1, 0, 2), dtype=_F32, order="C")
 
-    def _transposed_r(self, R: np.ndarray) -> np.ndarray:
-        """R^T per direction, [dirs, hidden, G], made once for a constant R."""
+    def _split(self) -> int:
+        """Where R^T's columns are cut in two (see :func:`native.recurrent_panels`): GRU
+        without ``linear_before_reset`` multiplies its candidate's block by ``r * h``, not
+        by ``h``."""
+        gh = self.gates * self.hidden  # type: ignore[attr-defined]
+        if self.cell == native.CELL_GRU and not getattr(self, "linear_before_reset", 0):
+            return 2 * self.hidden  # type: ignore[attr-defined]
+        return gh
+
+    def _packed_r(self, R: np.ndarray) -> np.ndarray:
+        """R^T per direction in :func:`native.recurrent_panels`' layout, made once for a
+        constant R."""
         if self._rt is not None and R is self._r_source:
             return self._rt
-        rt = np.ascontiguousarray(R.transpose(0, 2, 1))
+        rt = native.recurrent_panels(R.transpose(0, 2, 1), self._split())
         if R is self._r_source:
             self._rt = rt
         return rt
