@@ -543,6 +543,40 @@ def test_layout_pass_runs_conv_chains_in_nchwc(tmp_path, extra_output):
 
 
 @nchwc_kernels
+def test_layout_pass_keeps_qdq_activations_blocked(tmp_path):
+    """A QDQ model's per-tensor QuantizeLinear → DequantizeLinear pairs and residual Add run
+    on the blocked values: no reorder between the convolutions, one at the end."""
+    rng = np.random.default_rng(5)
+    inits = {
+        "w1": rng.standard_normal((20, 3, 3, 3)).astype(np.float32) * 0.2,
+        "w2": rng.standard_normal((20, 20, 3, 3)).astype(np.float32) * 0.01,
+        "s1": np.array(0.02, np.float32), "z1": np.array(128, np.uint8),
+        "s2": np.array(0.05, np.float32), "z2": np.array(0, np.int8),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c1", "s1", "z1"], ["q1"], name="q1"),
+        helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["a"], name="dq1"),
+        helper.make_node("Conv", ["a", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "a"], ["r"], name="residual"),
+        helper.make_node("QuantizeLinear", ["r", "s2", "z2"], ["q2"], name="q2"),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["y"], name="dq2"),
+    ]
+    model = make_model(nodes, [tensor("x", [1, 3, 9, 9])], [tensor("y", [1, 20, 9, 9])], inits)
+    ops = _optimized_ops(model, tmp_path)
+    assert ops.count("NchwcConv") == 2 and ops.count("ReorderOutput") == 1, ops
+    assert ops.index("ReorderOutput") == len(ops) - 1, ops  # after the last DequantizeLinear
+    feeds = {"x": _randn(1, 3, 9, 9)}
+    blocked = _session(model).run(None, feeds)[0]
+    plain = _session(model, LEVEL.ORT_ENABLE_EXTENDED).run(None, feeds)[0]
+    # The blocked convolutions round differently in the last bits: a value on a rounding
+    # boundary may quantize one step apart (0.02 into conv2's sums of < 0.01 * 180 weights,
+    # then 0.05 at the end): at most two steps of the last scale, almost everywhere equal.
+    assert np.abs(blocked - plain).max() <= 2 * 0.05 + 1e-6
+    assert np.mean(blocked == plain) > 0.98
+
+
+@nchwc_kernels
 def test_layout_pass_reorders_a_wide_graph_input(tmp_path):
     model = _mobile_block_model(c_in=20)
     ops = _optimized_ops(model, tmp_path)

@@ -11,7 +11,9 @@ input (and residual) and writing a blocked twin of its output. Twins come from t
 producer when it was converted too; otherwise a ``ReorderInput`` makes one, except that a
 ``group`` 1 convolution of fewer than 16 channels (a network's first layer, reading an
 image) reads the NCHW input as it is. A ``GlobalAveragePool`` or a ``MaxPool`` (2-D,
-without Indices) of a blocked value stays blocked. Wherever a converted value is read by an operator left in NCHW, or is a graph
+without Indices) of a blocked value stays blocked, and so do the elementwise operators of
+QDQ models between convolutions: a per-tensor QuantizeLinear → DequantizeLinear pair, and
+an ``Add`` of two blocked values of one shape (a residual). Wherever a converted value is read by an operator left in NCHW, or is a graph
 output, a ``ReorderOutput`` right after its producer restores it under its own name, so
 the rest of the graph is untouched.
 
@@ -21,6 +23,8 @@ when every provider of the session can run them (see :class:`~.support.PassConte
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import onnx
 from onnx import helper
@@ -64,6 +68,41 @@ def _convertible_conv(rw: Rewrite, node: onnx.NodeProto) -> bool:
     return group == 1 or (w_shape[1] == 1 and group == w_shape[0])
 
 
+#: Standard operators that run on blocked values unchanged (see :func:`_blocked_qdq_pair`).
+_ELEMENTWISE = ("QuantizeLinear", "DequantizeLinear", "Add")
+
+
+def _per_tensor(rw: Rewrite, node: onnx.NodeProto) -> bool:
+    """Whether a QuantizeLinear/DequantizeLinear has one constant scale (and zero point)."""
+    params = [i for i in node.input[1:3] if i]
+    return bool(params) and all(rw.is_constant(i) and rw.shape(i) in ((), (1,)) for i in params)
+
+
+def _blocked_qdq_pair(
+    rw: Rewrite, node: onnx.NodeProto, channels: dict[str, int]
+) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
+    """``node`` (a QuantizeLinear of a blocked float32 value) and the DequantizeLinear that
+    alone reads it, when both are per tensor: elementwise, so the pair runs on the blocked
+    twin. Zero padding channels stay finite (quantized and back), and the convolutions'
+    packed filters are zero for them."""
+    if (node.op_type != "QuantizeLinear" or node.domain not in DEFAULT_DOMAINS or rw.is_removed(node)
+            or node.input[0] not in channels or not _per_tensor(rw, node)):
+        return None
+    dq = rw.sole_consumer(node.output[0])
+    if (dq is None or dq.op_type != "DequantizeLinear" or dq.domain not in DEFAULT_DOMAINS
+            or dq.input[0] != node.output[0] or not _per_tensor(rw, dq)
+            or str(rw.dtype(dq.output[0])) != "float32"):
+        return None
+    return node, dq
+
+
+def _same_static_shape(rw: Rewrite, names: Sequence[str]) -> bool:
+    shapes = [rw.shape(n) for n in names]
+    first = shapes[0]
+    return (first is not None and all(isinstance(d, int) for d in first)
+            and all(s == first for s in shapes[1:]))
+
+
 def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """Rewrite the convertible convolutions (see the module docstring) to NCHWc."""
     if not all(ctx.can_run(FUSED_DOMAIN, op) for op in _REQUIRED):
@@ -82,6 +121,19 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
         if _convertible_conv(rw, node):
             converted.add(id(node))
             channels[node.output[0]] = int(rw.shape(node.input[1])[0])  # type: ignore[index,arg-type]
+        elif (pair := _blocked_qdq_pair(rw, node, channels)) is not None:
+            # A per-tensor QuantizeLinear → DequantizeLinear pair (a QDQ model's activation)
+            # is elementwise: it runs on the blocked twin as it is.
+            for member in pair:
+                converted.add(id(member))
+                channels[member.output[0]] = channels[node.input[0]]
+        elif (
+            node.op_type == "Add" and node.domain in DEFAULT_DOMAINS and not rw.is_removed(node)
+            and all(i in channels for i in node.input) and _same_static_shape(rw, node.input)
+            and channels[node.input[0]] == channels[node.input[1]]
+        ):
+            converted.add(id(node))  # a residual sum of two blocked values of one shape
+            channels[node.output[0]] = channels[node.input[0]]
         elif (
             node.op_type in blocked_pools and node.domain in DEFAULT_DOMAINS
             and node.input[0] in channels and not rw.is_removed(node)
@@ -111,6 +163,13 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
                                     name=node.name, domain=FUSED_DOMAIN)
             pool.attribute.extend(node.attribute)
             new.append(pool)
+        elif node.op_type in _ELEMENTWISE:
+            # The same operator on the twins: data inputs swapped, scales and zero points kept.
+            data = 2 if node.op_type == "Add" else 1
+            inputs = [twin[i] if k < data else i for k, i in enumerate(node.input)]
+            same = helper.make_node(node.op_type, inputs, [twin[out]], name=node.name)
+            same.attribute.extend(node.attribute)
+            new.append(same)
         else:
             x = node.input[0]
             c_in = rw.shape(node.input[1])[1]  # type: ignore[index]
