@@ -103,6 +103,12 @@ class NchwcConv(Kernel):
         self.filters: dict[bool, np.ndarray] = {}  # by whether the input is blocked
         if self.depthwise:
             self.filters[True] = native.pack_nchwc_depthwise(w)
+        else:
+            # Packed at creation, not in the first run, for the input the layout pass gives
+            # it: blocked, except a first layer of fewer than 16 channels reading NCHW (the
+            # other packing is made on first use if the guess is wrong).
+            blocked = self.channels >= BLOCK
+            self.filters[blocked] = native.pack_nchwc_filters(w, blocked)
         self.act = self.native_act or (native.ACT_NONE, 0.0, 0.0)
         # The last input shape's output shape and compiled call, checked and built once:
         # a node sees one shape run after run, and between two of its calls the whole

@@ -46,6 +46,9 @@ class _CompiledRecurrence:
         )
         self._r_source = info.constant(2)
         self._rt: np.ndarray | None = None
+        r = self._r_source
+        if self._compiled_ok and isinstance(r, np.ndarray) and r.dtype == _F32 and r.ndim == 3:
+            self._packed_r(r)  # at creation, not in the first run
 
     def compute(self, X, W, R, B=None, sequence_lens=None, initial_h=None, *rest):
         if self._compiled_ok:
