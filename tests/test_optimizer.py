@@ -146,6 +146,66 @@ def test_constant_folding_leaves_big_outputs_and_random_ops_alone(tmp_path):
     assert "ConstantOfShape" in ops and "RandomUniform" in ops
 
 
+def _chain_model() -> onnx.ModelProto:
+    """Every chain operator once, with scalar, per-position and swapped constants, a branch
+    (the chain must stop where a value has two readers) and a graph output mid-way."""
+    rng = np.random.default_rng(2)
+    names = ["add", "mul", "sig", "sub", "tanh", "relu", "div", "abs", "sqrt", "max", "neg", "exp", "min", "log"]
+    nodes = [
+        helper.make_node("Add", ["x", "row"], ["add"]),            # per position of the last axis
+        helper.make_node("Mul", ["half", "add"], ["mul"]),          # constant on the left
+        helper.make_node("Sigmoid", ["mul"], ["sig"]),
+        helper.make_node("Sub", ["one", "sig"], ["sub"]),           # swapped: 1 - v
+        helper.make_node("Tanh", ["sub"], ["tanh"]),
+        helper.make_node("Relu", ["tanh"], ["relu"]),
+        helper.make_node("Div", ["relu", "row"], ["div"]),
+        helper.make_node("Abs", ["div"], ["abs"]),
+        helper.make_node("Sqrt", ["abs"], ["sqrt"]),
+        helper.make_node("Max", ["sqrt", "half"], ["max"]),
+        helper.make_node("Neg", ["max"], ["neg"]),
+        helper.make_node("Exp", ["neg"], ["exp"]),
+        helper.make_node("Min", ["row3", "exp"], ["min"]),          # (1, 1, N) constant, swapped
+        helper.make_node("Log", ["min"], ["log"]),
+        helper.make_node("Mul", ["log", "log"], ["y"]),             # not a chain step: no constant
+        helper.make_node("Relu", ["sig"], ["side"]),                # sig has two readers
+    ]
+    inits = {
+        "row": (rng.random(16) + 0.5).astype(np.float32), "half": np.array(0.5, np.float32),
+        "one": np.array([1.0], np.float32), "row3": (rng.random((1, 1, 16)) + 0.1).astype(np.float32),
+    }
+    assert [n.output[0] for n in nodes[:14]] == names
+    return make_model(nodes, [tensor("x", [2, 3, 16])], [tensor("y", [2, 3, 16]), tensor("side", [2, 3, 16]),
+                                                         tensor("tanh", [2, 3, 16])], inits)
+
+
+def test_elementwise_chains_fuse(tmp_path):
+    model = _chain_model()
+    ops = _optimized_ops(model, tmp_path)
+    # add..sig (sig is read twice), sub..tanh (tanh is a graph output), relu..log; the
+    # side Relu and the final Mul stay.
+    assert ops.count("FusedElementwise") == 3, ops
+    assert ops.count("Relu") == 1 and ops.count("Mul") == 1 and "Sigmoid" not in ops, ops
+    x = _randn(2, 3, 16)
+    x[0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    plain = _session(model, LEVEL.ORT_DISABLE_ALL).run(None, {"x": x})
+    fused = _session(model).run(None, {"x": x})
+    # The chains without Exp and Log compute exactly what the unfused kernels compute.
+    for p, f in zip(plain[1:], fused[1:], strict=True):
+        np.testing.assert_array_equal(f, p)
+    # Exp and Log are the C library's in the fused chain, numpy's alone: an ulp apart, which
+    # Log turns into ~1e-7 absolute and the final square into 4e-7 relative.
+    np.testing.assert_allclose(fused[0], plain[0], rtol=1e-6, atol=1e-6, equal_nan=True)
+    assert np.array_equal(np.isnan(fused[0]), np.isnan(plain[0]))
+
+
+def test_elementwise_chains_need_the_fused_kernel(tmp_path):
+    # A provider without FusedElementwise in the session (the simulated NPU) keeps the chain.
+    if "SimNPUExecutionProvider" not in onyxrt.get_available_providers():
+        pytest.skip("needs a second provider without the fused kernel")
+    ops = _optimized_ops(_chain_model(), tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
+    assert "FusedElementwise" not in ops
+
+
 def _qdq_conv_model() -> onnx.ModelProto:
     """x → Q → DQ → Conv(W = DQ(int8 constant)) → y: a QDQ model's convolution."""
     rng = np.random.default_rng(3)

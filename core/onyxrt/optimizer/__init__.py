@@ -13,7 +13,8 @@ Levels follow onnxruntime's:
                           [Transpose →] MatMul [→ scale] [→ bias] → Gemm / FusedMatMul;
                           layer normalization and GELU patterns → LayerNormalization, Gelu;
                           DynamicQuantizeLinear → MatMulInteger → Cast → Mul [→ bias] →
-                          com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul
+                          com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul;
+                          chains of float32 elementwise operators → FusedElementwise
 ``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
                           per vector; :mod:`.layout`), where the CPU provider offers its
                           NCHWc kernels (compiled, on a CPU with AVX-512)
@@ -39,6 +40,7 @@ from ..session_options import GraphOptimizationLevel
 from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fold_constant_nodes
 from .constant_folding import fold_constants
 from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation
+from .elementwise_fusion import fuse_elementwise
 from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
 from .pad_fusion import fuse_pad
@@ -86,6 +88,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_matmul", EXTENDED, fuse_matmul),
     Pass("fuse_integer_matmul", EXTENDED, fuse_integer_matmul),
     Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
+    Pass("fuse_elementwise", EXTENDED, fuse_elementwise),
     Pass("convert_to_nchwc", LAYOUT, convert_to_nchwc),
     Pass("eliminate_dead_nodes", BASIC, _plain(eliminate_dead_nodes)),
 )

@@ -46,6 +46,7 @@ __all__ = [
     "quantize8",
     "dequantize8",
     "tree_leaves",
+    "elementwise_chain",
     "PackedInt8",
     "QGEMM",
     "pack_int8",
@@ -241,6 +242,16 @@ def dequantize8(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None)
     y = np.empty(x.shape, _F32)
     _native.quantize8(np.ascontiguousarray(x), y, params[0], params[1], x.dtype == np.int8, True)
     return y
+
+
+def elementwise_chain(x: np.ndarray, y: np.ndarray, program: np.ndarray, constants: np.ndarray,
+                      offsets: np.ndarray, lengths: np.ndarray, row: int) -> None:
+    """FusedElementwise's steps (``program``: int32 [steps, 3] of step code, constant
+    index or -1, swapped) over float32 ``x`` into ``y`` in one pass; ``constants`` float32
+    concatenated, ``offsets``/``lengths`` int64 per constant (1 or ``row`` values, ``row``
+    the last axis' length, 0 when every constant is one value). See
+    csrc/elementwise_chain.c."""
+    _native.elementwise_chain(x, y, program, constants, offsets, lengths, row)
 
 
 def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:

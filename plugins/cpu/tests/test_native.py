@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 from kernel_cases import run_ours
 from onnx import helper
 
+from onyxrt.errors import InvalidGraph
+from onyxrt.kernels import KernelInfo
 from onyxrt_cpu import native
 from onyxrt_cpu.kernels import conv as conv_kernels
-from onyxrt_cpu.kernels import winograd
+from onyxrt_cpu.kernels import registry, winograd
 from onyxrt_cpu.kernels._spatial import window
 from onyxrt_cpu.kernels._special import erf_float32, gelu_float32_native
 
@@ -603,3 +605,61 @@ def test_int8_gemm_is_exact(m, k, n):
         b[:] = -128
         got = native.qgemm_u8s8(a, native.pack_int8(b))
         assert np.array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+
+
+# ----------------------------------------------------------------- FusedElementwise
+
+
+def _chain_kernel(ops, operands, swapped, n_inputs):
+    node = helper.make_node("FusedElementwise", [f"i{k}" for k in range(n_inputs)], ["y"], domain="ai.onyxrt",
+                            ops=ops, operands=operands, swapped=swapped)
+    kdef, reason = registry.lookup("ai.onyxrt", "FusedElementwise", 1)
+    assert kdef is not None, reason
+    return kdef.factory(KernelInfo.from_node(node, 1, since_version=kdef.since_version))
+
+
+EXACT_CHAIN = (["Add", "Mul", "Sub", "Relu", "Div", "Abs", "Sqrt", "Max", "Neg", "Min"],
+               [1, 2, 1, -1, 2, -1, -1, 1, -1, 2], [0, 1, 1, 0, 0, 0, 0, 1, 0, 0])
+
+
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 3, 17), (5000,), (1, 1)])
+def test_fused_elementwise_compiled_matches_the_step_by_step_path(numpy_only, shape):
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    x.reshape(-1)[:4] = [np.nan, np.inf, -0.0, 0.0][: x.size]
+    row = (rng.random(shape[-1]) + 0.5).astype(np.float32)
+    scalar = np.array(0.75, np.float32)
+    kernel = _chain_kernel(*EXACT_CHAIN, 3)
+    compiled, reference = _both(numpy_only, lambda: kernel.compute(x, row, scalar)[0])
+    # The same float32 operations, NaN and signed zeros included: identical.
+    np.testing.assert_array_equal(compiled, reference)
+    assert np.array_equal(np.signbit(compiled), np.signbit(reference))
+    # With the transcendental steps: Sigmoid/Tanh are onnxruntime's when compiled (exact
+    # functions without the module), Exp/Log the C library's: within a few ulps.
+    kernel = _chain_kernel(["Mul", "Sigmoid", "Tanh", "Exp", "Log", "Add"], [2, -1, -1, -1, -1, 1],
+                           [0, 0, 0, 0, 0, 0], 3)
+    compiled, reference = _both(numpy_only, lambda: kernel.compute(x, row, scalar)[0])
+    np.testing.assert_allclose(compiled, reference, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_fused_elementwise_of_unary_steps_only(numpy_only):
+    x = np.linspace(-3, 3, 101, dtype=np.float32).reshape(1, 101)
+    kernel = _chain_kernel(["Abs", "Neg", "Relu", "Sqrt"], [-1, -1, -1, -1], [0, 0, 0, 0], 1)
+    compiled, reference = _both(numpy_only, lambda: kernel.compute(x)[0])
+    np.testing.assert_array_equal(compiled, reference)
+
+
+def test_fused_elementwise_broadcasts_other_constants_as_numpy_does():
+    # The optimizer only fuses constants that keep the value's shape; a kernel given any
+    # other still computes what the unfused steps would (numpy's broadcasting).
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    c = np.array([[1.0], [2.0], [3.0]], np.float32)  # (3, 1): not per position of the last axis
+    y = _chain_kernel(["Mul", "Neg"], [1, -1], [0, 0], 2).compute(x, c)[0]
+    np.testing.assert_array_equal(y, -(x * c))
+
+
+def test_fused_elementwise_rejects_bad_attributes():
+    with pytest.raises(InvalidGraph, match="FusedElementwise"):
+        _chain_kernel(["Add"], [-1], [0], 1)  # a binary step without its constant
+    with pytest.raises(InvalidGraph, match="FusedElementwise"):
+        _chain_kernel(["Cos"], [-1], [0], 1)

@@ -6,6 +6,8 @@
   the convolution's fresh output buffer.
 * ``FusedMatMul(A, B, bias?)``: ``alpha * A' @ B' + bias`` with ``transA``/``transB``
   swapping the last two axes; a batched A times a 2-D B runs as one GEMM.
+* ``FusedElementwise(X, constants...)``: a chain of float32 elementwise steps
+  (``ops``/``operands``/``swapped``) in one compiled pass.
 * ``Gelu`` and ``LayerNormalization``: the standard kernels, registered in the fused
   domain for models whose opset predates them.
 
@@ -14,21 +16,25 @@ See ``onyxrt.optimizer`` for the patterns that produce them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
 from onyxrt.optimizer.fused_ops import MatMulAttributes, conv_epilogue
 
 from .. import native
 from . import registry
+from ._backend import sigmoid, tanh
 from ._spatial import compute_dtype
 from .activation import Gelu
 from .conv import Conv, add_channel_bias
 from .linalg import contiguous_transpose, matmul
 from .normalization import LayerNormalization
 
-__all__ = ["FusedConv", "FusedMatMul", "native_activation"]
+__all__ = ["FusedConv", "FusedMatMul", "FusedElementwise", "CHAIN_OPS", "native_activation"]
 
 @registry.register("FusedConv", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
 class FusedConv(Conv):
@@ -163,3 +169,71 @@ registry.register("Gelu", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)(Gelu)
 registry.register("LayerNormalization", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)(
     LayerNormalization
 )
+
+
+#: FusedElementwise's operators in csrc/elementwise_chain.c's step-code order.
+CHAIN_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log", "Sqrt")
+_CHAIN_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+                 "Max": np.maximum, "Min": np.minimum}
+_CHAIN_UNARY = {"Relu": lambda v: np.maximum(v, np.float32(0)), "Sigmoid": sigmoid, "Tanh": tanh,
+                "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt}
+
+
+@registry.register("FusedElementwise", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
+class FusedElementwise(Kernel):
+    """A chain of float32 elementwise steps (``ops``; ``operands``: the input index of each
+    binary step's constant, -1 for none; ``swapped``: 1 where the constant is the left
+    operand) in one compiled pass (csrc/elementwise_chain.c), or step by step with the
+    CPU's own functions where the compiled module is not built."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.ops = [str(o) for o in info.attr("ops", [])]
+        self.operands = [int(k) for k in info.attr("operands", [])]
+        self.swapped = [int(s) for s in info.attr("swapped", [0] * len(self.ops))]
+        if (not self.ops or len(self.operands) != len(self.ops) or len(self.swapped) != len(self.ops)
+                or any(o not in CHAIN_OPS for o in self.ops)):
+            raise InvalidGraph(f"node {info.node_name!r} (FusedElementwise): bad ops/operands/swapped "
+                               f"attributes {self.ops} {self.operands} {self.swapped}")
+        for op, k in zip(self.ops, self.operands, strict=True):
+            if (op in _CHAIN_BINARY) != (k >= 1) or k >= len(info.input_names):
+                raise InvalidGraph(f"node {info.node_name!r} (FusedElementwise): step {op} has operand {k}")
+        self.program = np.array([[CHAIN_OPS.index(op), k - 1 if k >= 1 else -1, s]
+                                 for op, k, s in zip(self.ops, self.operands, self.swapped, strict=True)],
+                                np.int32)
+        self._packed: tuple[tuple[int, ...], Any] | None = None
+
+    def compute(self, x, *constants):
+        if x.dtype == np.float32 and native.ENABLED and x.size:
+            y = self._compiled(x, constants)
+            if y is not None:
+                return (y,)
+        v = x
+        for op, k, s in zip(self.ops, self.operands, self.swapped, strict=True):
+            if k < 1:
+                v = _CHAIN_UNARY[op](v)
+            else:
+                c = constants[k - 1]
+                v = _CHAIN_BINARY[op](c, v) if s else _CHAIN_BINARY[op](v, c)
+        return (np.asarray(v),)
+
+    def _compiled(self, x: np.ndarray, constants: tuple[np.ndarray, ...]) -> np.ndarray | None:
+        """The chain by csrc/elementwise_chain.c, or None where the constants do not keep
+        the shape of ``x`` (then the step-by-step path runs, and broadcasts as numpy does)."""
+        row = x.shape[-1] if x.ndim else 1
+        key = (row,) + tuple(id(c) for c in constants)
+        if self._packed is None or self._packed[0] != key:
+            lengths, parts = [], []
+            for c in constants:
+                if c.dtype != np.float32 or c.ndim > x.ndim or (c.size != 1 and (c.size != row or c.shape[-1] != row)):
+                    return None
+                parts.append(c.reshape(-1))
+                lengths.append(c.size)
+            flat = np.ascontiguousarray(np.concatenate(parts) if parts else np.zeros(1, np.float32))
+            offsets = np.cumsum([0] + lengths[:-1]).astype(np.int64) if lengths else np.zeros(0, np.int64)
+            per_position = any(n != 1 for n in lengths)
+            self._packed = (key, (flat, offsets, np.asarray(lengths, np.int64), row if per_position else 0, constants))
+        flat, offsets, lengths, period, _ = self._packed[1]
+        y = np.empty(x.shape, np.float32)
+        native.elementwise_chain(np.ascontiguousarray(x), y, self.program, flat, offsets, lengths, period)
+        return y
