@@ -398,6 +398,28 @@ def test_batched_matmul_bias_scale_and_transpose_become_fused_matmul(tmp_path, s
     _assert_equivalent(model, {"x": _randn(2, 5, 6), "w": _randn(7, 6, seed=2)})
 
 
+@pytest.mark.parametrize(("act", "attrs", "extra"), [
+    ("Relu", {}, []), ("LeakyRelu", {"alpha": 0.2}, []), ("Clip", {}, ["lo", "hi"]), ("Sigmoid", {}, []),
+])
+def test_gemm_and_its_activation_fuse(tmp_path, act, attrs, extra):
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "b"], ["g"], name="layer", transB=1),
+        helper.make_node(act, ["g", *extra], ["y"], name="act", **attrs),
+    ]
+    inits = {"w": rng.standard_normal((7, 5)).astype(np.float32), "b": rng.standard_normal(7).astype(np.float32),
+             "lo": np.array(-0.5, np.float32), "hi": np.array(0.75, np.float32)}
+    model = make_model(nodes, [tensor("x", [3, 5])], [tensor("y", [3, 7])], inits)
+    assert _optimized_ops(model, tmp_path) == ["FusedGemm"]
+    feeds = {"x": _randn(3, 5)}
+    plain = _session(model, LEVEL.ORT_ENABLE_BASIC).run(None, feeds)[0]
+    fused = _session(model).run(None, feeds)[0]
+    if act == "Sigmoid":  # the standalone kernel is onnxruntime's approximation, the epilogue exact
+        np.testing.assert_allclose(fused, plain, rtol=1e-6, atol=1e-7)
+    else:
+        np.testing.assert_array_equal(fused, plain)
+
+
 def test_matmul_with_a_1d_operand_stays_matmul(tmp_path):
     # MatMul promotes a 1-D operand (numpy semantics); FusedMatMul and Gemm take rank >= 2.
     # Found by the fuzzer: x[4] @ w[4, 1] + bias was fused, and the kernel refused it.

@@ -14,7 +14,8 @@ Levels follow onnxruntime's:
                           layer normalization and GELU patterns → LayerNormalization, Gelu;
                           DynamicQuantizeLinear → MatMulInteger → Cast → Mul [→ bias] →
                           com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul;
-                          chains of float32 elementwise operators → FusedElementwise
+                          Gemm → activation → FusedGemm; chains of float32 elementwise
+                          operators → FusedElementwise
 ``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
                           per vector; :mod:`.layout`), where the CPU provider offers its
                           NCHWc kernels (compiled, on a CPU with AVX-512)
@@ -39,7 +40,7 @@ import onnx
 from ..session_options import GraphOptimizationLevel
 from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fold_constant_nodes
 from .constant_folding import fold_constants
-from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation
+from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation, fuse_gemm_activation
 from .elementwise_fusion import fuse_elementwise
 from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
@@ -87,6 +88,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_gelu", EXTENDED, fuse_gelu),
     Pass("fuse_matmul", EXTENDED, fuse_matmul),
     Pass("fuse_integer_matmul", EXTENDED, fuse_integer_matmul),
+    Pass("fuse_gemm_activation", EXTENDED, fuse_gemm_activation),
     Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
     Pass("fuse_elementwise", EXTENDED, fuse_elementwise),
     Pass("convert_to_nchwc", LAYOUT, convert_to_nchwc),
@@ -112,7 +114,7 @@ ONNXRUNTIME_OPTIMIZER_NAMES: dict[str, tuple[str, ...]] = {
     "MatMulAddFusion": ("fuse_matmul",),
     "MatMulScaleFusion": ("fuse_matmul",),
     "TransposeMatMulFusion": ("fuse_matmul",),
-    "GemmActivationFusion": ("fuse_matmul",),
+    "GemmActivationFusion": ("fuse_gemm_activation",),
     "ConvActivationFusion": ("fuse_conv_activation",),
     "MatMulIntegerToFloatFusion": ("fuse_integer_matmul",),
     "DynamicQuantizeMatMulFusion": ("fuse_integer_matmul",),

@@ -6,6 +6,8 @@
   the convolution's fresh output buffer.
 * ``FusedMatMul(A, B, bias?)``: ``alpha * A' @ B' + bias`` with ``transA``/``transB``
   swapping the last two axes; a batched A times a 2-D B runs as one GEMM.
+* ``FusedGemm(A, B, C?)``: Gemm's attributes plus FusedConv's ``activation`` /
+  ``activation_params``, the activation applied in place on the product.
 * ``FusedElementwise(X, constants...)``: a chain of float32 elementwise steps
   (``ops``/``operands``/``swapped``) in one compiled pass.
 * ``Gelu`` and ``LayerNormalization``: the standard kernels, registered in the fused
@@ -23,7 +25,7 @@ import numpy as np
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
-from onyxrt.optimizer.fused_ops import MatMulAttributes, conv_epilogue
+from onyxrt.optimizer.fused_ops import MatMulAttributes, activation, conv_epilogue
 
 from .. import native
 from . import registry
@@ -31,10 +33,10 @@ from ._backend import sigmoid, tanh
 from ._spatial import compute_dtype
 from .activation import Gelu
 from .conv import Conv, add_channel_bias
-from .linalg import contiguous_transpose, matmul
+from .linalg import Gemm, contiguous_transpose, matmul
 from .normalization import LayerNormalization
 
-__all__ = ["FusedConv", "FusedMatMul", "FusedElementwise", "CHAIN_OPS", "native_activation"]
+__all__ = ["FusedConv", "FusedMatMul", "FusedGemm", "FusedElementwise", "CHAIN_OPS", "native_activation"]
 
 @registry.register("FusedConv", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
 class FusedConv(Conv):
@@ -169,6 +171,25 @@ registry.register("Gelu", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)(Gelu)
 registry.register("LayerNormalization", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)(
     LayerNormalization
 )
+
+
+@registry.register("FusedGemm", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
+class FusedGemm(Gemm):
+    """Gemm, then ``activation`` (FusedConv's: Relu, Sigmoid, Tanh, LeakyRelu, HardSigmoid,
+    Clip, with ``activation_params``) in place on the product."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self.act = activation(info.node_name, info.attr("activation", "") or "",
+                              info.attr("activation_params", []) or [])
+
+    def compute(self, a, b, c=None):
+        (y,) = super().compute(a, b, c)
+        if self.act is not None:
+            if not y.flags.writeable or not y.flags.owndata:
+                y = y.copy()
+            self.act(np, y)
+        return (y,)
 
 
 #: FusedElementwise's operators in csrc/elementwise_chain.c's step-code order.
