@@ -199,6 +199,32 @@ def test_fused_matmul_with_constant_b(gemm_route, shape, bias_shape, trans_b, al
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
 
 
+# Gemm's C: none, a row per column (fused into the GEMM when beta scales it once), a
+# scalar, a full (M, N) matrix; A of 40 rows (the packed route) and of 3 (BLAS).
+GEMM_CASES = [(40, None), (40, (48,)), (40, (1, 48)), (40, ()), (40, (40, 48)), (3, (48,))]
+
+
+@pytest.mark.parametrize("rows,c_shape", GEMM_CASES)
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("beta", [1.0, 0.25])
+def test_gemm_with_constant_b(gemm_route, rows, c_shape, trans_b, beta, monkeypatch):
+    rng = np.random.default_rng(rows + trans_b)
+    a = rng.standard_normal((rows, 64), dtype=np.float32)
+    w = rng.standard_normal((48, 64) if trans_b else (64, 48), dtype=np.float32)
+    c = None if c_shape is None else rng.standard_normal(c_shape, dtype=np.float32)
+    calls = []
+    real = native.gemm
+    monkeypatch.setattr(native, "gemm", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    node = helper.make_node("Gemm", ["a", "w", "c" if c is not None else ""], ["y"], transB=trans_b, beta=beta)
+    (y,) = run_ours(node, 13, a, w, c, constants=(1, 2) if c is not None else (1,))
+    want = a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)
+    if c is not None:
+        want = want + beta * c
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+    assert y.dtype == np.float32 and y.shape == (rows, 48)
+    assert bool(calls) == (gemm_route and rows >= 16 and native.ENABLED)
+
+
 def _conv_reference(x: np.ndarray, w: np.ndarray, pads: int) -> np.ndarray:
     """A float64 2-D convolution (stride 1, symmetric padding) by its definition."""
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads, pads), (pads, pads)))

@@ -33,7 +33,7 @@ from ._backend import sigmoid, tanh
 from ._spatial import compute_dtype
 from .activation import Gelu
 from .conv import Conv, add_channel_bias
-from .linalg import Gemm, contiguous_transpose, matmul
+from .linalg import Gemm, contiguous_transpose, is_row_vector, matmul, packed_product
 from .normalization import LayerNormalization
 
 __all__ = ["FusedConv", "FusedMatMul", "FusedGemm", "FusedElementwise", "CHAIN_OPS", "native_activation"]
@@ -115,8 +115,8 @@ class FusedMatMul(Kernel):
         if b is self._b_src and self._b_gemm is not None:
             # the bias is added by the GEMM as each tile is finished, when alpha is 1
             n = self._b_gemm.shape[1]
-            fused_bias = bias if self.attrs.alpha == 1.0 and _is_row_vector(bias, n) else None
-            y = _packed_product(am, self._b_gemm, fused_bias)
+            fused_bias = bias if self.attrs.alpha == 1.0 and is_row_vector(bias, n) else None
+            y = packed_product(am, self._b_gemm, fused_bias)
             if y is not None and fused_bias is not None:
                 bias = None  # added already, tile by tile
         if y is None:
@@ -134,36 +134,6 @@ class FusedMatMul(Kernel):
         if bias is not None:
             y += bias.astype(cdt, copy=False)
         return (y.astype(a.dtype, copy=False),)
-
-
-# Fewer rows than this go to BLAS: the compiled kernel computes 8 rows at a time, so a
-# product of one or two rows (a decoder's single token) would waste most of its work.
-MIN_PACKED_ROWS = 16
-
-
-def _is_row_vector(bias: np.ndarray | None, n: int) -> bool:
-    """Whether ``bias`` is n float32 values along the last axis only."""
-    return bias is not None and bias.dtype == np.float32 and bias.shape in ((n,), (1, n))
-
-
-def _packed_product(
-    a: np.ndarray, b: native.PackedMatrix, bias: np.ndarray | None = None
-) -> np.ndarray | None:
-    """``a (..., M, K) @ B (+ bias per column)`` through the compiled GEMM with B packed,
-    all of a's rows as one product; ``None`` when it does not qualify (dtype, shapes, too
-    few rows)."""
-    k, n = b.shape
-    if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != k:
-        return None
-    rows = a.size // k if k else 0
-    if rows < MIN_PACKED_ROWS:
-        return None
-    a2 = a if a.ndim == 2 else a.reshape(rows, k)
-    y = np.empty((rows, n), dtype=np.float32)
-    col_bias = None if bias is None else np.ascontiguousarray(bias.reshape(n))
-    if not native.gemm(a2, b, y, None, col_bias):
-        return None
-    return y.reshape(a.shape[:-1] + (n,))
 
 
 # The standard kernels, for models whose opset predates the operator.
