@@ -146,9 +146,10 @@ def test_constant_folding_leaves_big_outputs_and_random_ops_alone(tmp_path):
     assert "ConstantOfShape" in ops and "RandomUniform" in ops
 
 
-def _chain_model() -> onnx.ModelProto:
-    """Every chain operator once, with scalar, per-position and swapped constants, a branch
-    (the chain must stop where a value has two readers) and a graph output mid-way."""
+def _group_model() -> onnx.ModelProto:
+    """Every group operator once, with scalar, per-position and left-hand constants, a value
+    read by a member and a non-member (a group must not swallow it), a graph output mid-way
+    and a member of two dynamic operands (the final square)."""
     rng = np.random.default_rng(2)
     names = ["add", "mul", "sig", "sub", "tanh", "relu", "div", "abs", "sqrt", "max", "neg", "exp", "min", "log"]
     nodes = [
@@ -166,7 +167,7 @@ def _chain_model() -> onnx.ModelProto:
         helper.make_node("Exp", ["neg"], ["exp"]),
         helper.make_node("Min", ["row3", "exp"], ["min"]),          # (1, 1, N) constant, swapped
         helper.make_node("Log", ["min"], ["log"]),
-        helper.make_node("Mul", ["log", "log"], ["y"]),             # not a chain step: no constant
+        helper.make_node("Mul", ["log", "log"], ["y"]),             # two dynamic operands
         helper.make_node("Relu", ["sig"], ["side"]),                # sig has two readers
     ]
     inits = {
@@ -178,31 +179,41 @@ def _chain_model() -> onnx.ModelProto:
                                                          tensor("tanh", [2, 3, 16])], inits)
 
 
-def test_elementwise_chains_fuse(tmp_path):
-    model = _chain_model()
+def test_elementwise_groups_fuse(tmp_path):
+    model = _group_model()
     ops = _optimized_ops(model, tmp_path)
-    # add..sig (sig is read twice), sub..tanh (tanh is a graph output), relu..log; the
-    # side Relu and the final Mul stay.
+    # relu..y (tanh, a graph output, ends it), sub..tanh (sig is read by the side Relu too),
+    # add..sig; the side Relu alone stays.
     assert ops.count("FusedElementwise") == 3, ops
-    assert ops.count("Relu") == 1 and ops.count("Mul") == 1 and "Sigmoid" not in ops, ops
+    assert ops.count("Relu") == 1 and "Mul" not in ops and "Sigmoid" not in ops, ops
     x = _randn(2, 3, 16)
     x[0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
     plain = _session(model, LEVEL.ORT_DISABLE_ALL).run(None, {"x": x})
     fused = _session(model).run(None, {"x": x})
-    # The chains without Exp and Log compute exactly what the unfused kernels compute.
+    # The groups without Exp and Log compute exactly what the unfused kernels compute.
     for p, f in zip(plain[1:], fused[1:], strict=True):
         np.testing.assert_array_equal(f, p)
-    # Exp and Log are the C library's in the fused chain, numpy's alone: an ulp apart, which
+    # Exp and Log are the C library's in the fused group, numpy's alone: an ulp apart, which
     # Log turns into ~1e-7 absolute and the final square into 4e-7 relative.
     np.testing.assert_allclose(fused[0], plain[0], rtol=1e-6, atol=1e-6, equal_nan=True)
     assert np.array_equal(np.isnan(fused[0]), np.isnan(plain[0]))
 
 
-def test_elementwise_chains_need_the_fused_kernel(tmp_path):
-    # A provider without FusedElementwise in the session (the simulated NPU) keeps the chain.
+def test_silu_fuses_into_one_node(tmp_path):
+    # x * Sigmoid(x): x read twice, from outside the group.
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
+    model = make_model(nodes, [tensor("x", [2, 300])], [tensor("y", [2, 300])])
+    assert _optimized_ops(model, tmp_path) == ["FusedElementwise"]
+    feeds = {"x": _randn(2, 300)}
+    np.testing.assert_array_equal(_session(model).run(None, feeds)[0],
+                                  _session(model, LEVEL.ORT_DISABLE_ALL).run(None, feeds)[0])
+
+
+def test_elementwise_groups_need_the_fused_kernel(tmp_path):
+    # A provider without FusedElementwise in the session (the simulated NPU) keeps them.
     if "SimNPUExecutionProvider" not in onyxrt.get_available_providers():
         pytest.skip("needs a second provider without the fused kernel")
-    ops = _optimized_ops(_chain_model(), tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
+    ops = _optimized_ops(_group_model(), tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
     assert "FusedElementwise" not in ops
 
 

@@ -14,7 +14,7 @@ Levels follow onnxruntime's:
                           layer normalization and GELU patterns → LayerNormalization, Gelu;
                           DynamicQuantizeLinear → MatMulInteger → Cast → Mul [→ bias] →
                           com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul;
-                          Gemm → activation → FusedGemm; chains of float32 elementwise
+                          Gemm → activation → FusedGemm; groups of float32 elementwise
                           operators → FusedElementwise
 ``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
                           per vector; :mod:`.layout`), where the CPU provider offers its

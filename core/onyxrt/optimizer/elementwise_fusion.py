@@ -1,19 +1,26 @@
-"""Elementwise chains (extended level): runs of float32 elementwise operators, each the
-only reader of the one before, become one ``ai.onyxrt::FusedElementwise`` node.
+"""Elementwise groups (extended level): connected float32 elementwise operators whose
+intermediate values nothing else reads become one ``ai.onyxrt::FusedElementwise`` node.
 
 On small tensors every operator costs its dispatch (about a microsecond in the run loop
-and the kernel) for a few nanoseconds of arithmetic: a 16-node chain on [1, 64] took
-38 µs a run against onnxruntime's 17 µs; on large ones every step is a pass over memory.
-The fused node runs the whole chain over each block of the tensor while it is in cache.
+and the kernel) for a few nanoseconds of arithmetic: a 16-node graph on [1, 64] took
+38 µs a run against onnxruntime's 17 µs; on large ones every operator is a pass over
+memory (SiLU, ``x * Sigmoid(x)``, reads and writes its tensor three times). The fused node
+runs the whole group over each block of the tensor while it is in cache.
 
-A chain step is a unary operator (:data:`UNARY`) or a binary one (:data:`BINARY`) whose
-other operand is a float32 constant that does not change the value's shape: one value, or
-one per position of the last axis (shape ``(N,)`` or ``(1, ..., 1, N)``, no higher rank
-than the value's). The node's inputs are the chain's input and those constants; its
-attributes list the steps: ``ops`` (operator names), ``operands`` (the input index of each
-step's constant, -1 for none) and ``swapped`` (1 where the constant is the left operand).
-Chains of at least :data:`MIN_CHAIN` steps are fused, where every provider of the session
-runs ``FusedElementwise`` (:class:`~.support.PassContext`).
+A member is a unary operator (:data:`UNARY`) or a binary one (:data:`BINARY`) whose
+operands are values of the member's own shape, or float32 constants that do not change
+it: one value, or one per position of the last axis (shape ``(N,)`` or ``(1, ..., 1, N)``,
+no higher rank than the value's). Groups grow from their output backwards: a producer
+joins when every reader of its value is in the group already and the value is no graph
+output, so a group is convex and has one output. Groups of at least :data:`MIN_GROUP`
+members are fused, where every provider of the session runs ``FusedElementwise``
+(:class:`~.support.PassContext`).
+
+The node's inputs are the group's external values, dynamic and constant, in order of
+first use. Its attributes hold the program, one step per member in graph order: ``ops``
+(the operator names) and ``args`` (two per step: the operands, -1 for a unary step's
+second; an operand ``i`` below the node's input count is input ``i``, else the result of
+step ``i - inputs``). The last step's result is the output.
 """
 
 from __future__ import annotations
@@ -24,97 +31,110 @@ from onnx import helper
 from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
-__all__ = ["fuse_elementwise", "UNARY", "BINARY", "MIN_CHAIN"]
+__all__ = ["fuse_elementwise", "UNARY", "BINARY", "MIN_GROUP"]
 
-#: Unary operators a chain may hold (float32 in, float32 out, no attributes).
+#: Unary operators a group may hold (float32 in, float32 out, no attributes).
 UNARY = ("Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log", "Sqrt")
-#: Binary operators a chain may hold, with a constant as the other operand.
+#: Binary operators a group may hold.
 BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
-#: Fewer steps gain nothing worth a fused node.
-MIN_CHAIN = 2
+#: Fewer members gain nothing worth a fused node.
+MIN_GROUP = 2
 
 
-def _step(rw: Rewrite, node: onnx.NodeProto, value: str | None) -> tuple[str, str, int] | None:
-    """(data input, constant operand or "", swapped) when ``node`` can be a chain step
-    reading ``value`` (any data input when None), else None."""
+def _member_shape(rw: Rewrite, node: onnx.NodeProto) -> tuple[int | str | None, ...] | None:
+    """The shape of ``node``'s value when it can be a group member (see the module
+    docstring), else None."""
     if node.domain not in DEFAULT_DOMAINS or rw.is_removed(node) or node.attribute:
         return None
-    if node.op_type in UNARY and len(node.input) == 1:
-        data, const, swapped = node.input[0], "", 0
-    elif node.op_type in BINARY and len(node.input) == 2:
-        a, b = node.input
-        if rw.is_constant(b) and not rw.is_constant(a) and (value is None or a == value):
-            data, const, swapped = a, b, 0
-        elif rw.is_constant(a) and not rw.is_constant(b) and (value is None or b == value):
-            data, const, swapped = b, a, 1
+    if not ((node.op_type in UNARY and len(node.input) == 1) or (node.op_type in BINARY and len(node.input) == 2)):
+        return None
+    shape = rw.shape(node.output[0])
+    if shape is None or None in shape or str(rw.dtype(node.output[0])) != "float32":
+        return None
+    dynamic = 0
+    for name in node.input:
+        if rw.is_constant(name):
+            if not _keeps_shape(rw, name, shape):
+                return None
+        elif rw.shape(name) == shape and str(rw.dtype(name)) == "float32":
+            dynamic += 1
         else:
             return None
-    else:
-        return None
-    if value is not None and data != value:
-        return None
-    if str(rw.dtype(data)) != "float32" or str(rw.dtype(node.output[0])) != "float32":
-        return None
-    if const and not _keeps_shape(rw, const, data):
-        return None
-    return data, const, swapped
+    return shape if dynamic else None
 
 
-def _keeps_shape(rw: Rewrite, const: str, data: str) -> bool:
-    """A float32 constant of one value, or one per position of ``data``'s last axis, no
-    higher in rank than ``data``: broadcasting it leaves ``data``'s shape."""
-    shape, data_shape = rw.shape(const), rw.shape(data)
-    if shape is None or data_shape is None or len(shape) > len(data_shape) or str(rw.dtype(const)) != "float32":
+def _keeps_shape(rw: Rewrite, const: str, shape: tuple[int | str | None, ...]) -> bool:
+    """A float32 constant of one value, or one per position of the last axis of
+    ``shape``, no higher in rank: broadcasting it leaves ``shape`` as it is."""
+    cshape = rw.shape(const)
+    if cshape is None or len(cshape) > len(shape) or str(rw.dtype(const)) != "float32":
         return False
-    if all(d == 1 for d in shape):
+    if all(d == 1 for d in cshape):
         return True
-    last = data_shape[-1] if data_shape else None
-    return all(d == 1 for d in shape[:-1]) and isinstance(last, int) and shape[-1] == last
+    last = shape[-1] if shape else None
+    return all(d == 1 for d in cshape[:-1]) and isinstance(last, int) and cshape[-1] == last
 
 
 def fuse_elementwise(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
-    """Replace every chain of :data:`MIN_CHAIN` or more elementwise steps (see the module
-    docstring) by one FusedElementwise node."""
+    """Replace every group of :data:`MIN_GROUP` or more elementwise members (see the
+    module docstring) by one FusedElementwise node."""
     if not has_op(model.graph, *UNARY, *BINARY) or not ctx.can_run(FUSED_DOMAIN, "FusedElementwise"):
         return model
     rw = Rewrite(model, ctx.arrays)
+    order = {id(n): i for i, n in enumerate(model.graph.node)}
+    shapes = {id(n): s for n in model.graph.node if (s := _member_shape(rw, n)) is not None}
+    assigned: set[int] = set()
     fused = False
-    claimed: set[int] = set()
-    for head in model.graph.node:
-        if id(head) in claimed:
+    for sink in reversed(model.graph.node):
+        if id(sink) not in shapes or id(sink) in assigned:
             continue
-        first = _step(rw, head, None)
-        if first is None:
+        group = _grow(rw, sink, shapes, assigned)
+        if len(group) < MIN_GROUP or not rw.claimable(group):
             continue
-        chain, steps = [head], [first]
-        node = head
-        while True:
-            nxt = rw.sole_consumer(node.output[0])
-            step = None if nxt is None or id(nxt) in claimed else _step(rw, nxt, node.output[0])
-            if step is None:
-                break
-            chain.append(nxt)
-            steps.append(step)
-            node = nxt
-        if len(chain) < MIN_CHAIN or not rw.claimable(chain):
-            continue
-        inputs = [first[0]]
-        operands, swapped = [], []
-        for _, const, swap in steps:
-            if const:
-                if const not in inputs[1:]:
-                    inputs.append(const)
-                operands.append(inputs.index(const, 1))
-            else:
-                operands.append(-1)
-            swapped.append(swap)
-        fused_node = helper.make_node(
-            "FusedElementwise", inputs, [chain[-1].output[0]], name=head.name or chain[-1].name,
-            domain=FUSED_DOMAIN, ops=[n.op_type for n in chain], operands=operands, swapped=swapped,
-        )
-        rw.replace(chain, [fused_node])
-        claimed.update(id(n) for n in chain)
+        group.sort(key=lambda n: order[id(n)])
+        rw.replace(group, [_fused_node(group)])
+        assigned.update(id(n) for n in group)
         fused = True
     if fused:
         rw.require_domain(FUSED_DOMAIN, FUSED_DOMAIN_VERSION)
     return rw.commit()
+
+
+def _grow(
+    rw: Rewrite, sink: onnx.NodeProto, shapes: dict[int, tuple[int | str | None, ...]], assigned: set[int]
+) -> list[onnx.NodeProto]:
+    """The group ending at ``sink``: producers of its members' values join while every
+    reader of the value is a member (and the value no graph output)."""
+    group = [sink]
+    members = {id(sink)}
+    frontier = [sink]
+    while frontier:
+        node = frontier.pop()
+        for name in node.input:
+            producer = rw.producer.get(name)
+            if (producer is None or id(producer) in members or id(producer) in assigned
+                    or shapes.get(id(producer)) != shapes[id(sink)] or name in rw.pinned):
+                continue
+            readers = rw.consumers.get(name, [])
+            if all(id(r) in members for r in readers):
+                group.append(producer)
+                members.add(id(producer))
+                frontier.append(producer)
+    return group
+
+
+def _fused_node(group: list[onnx.NodeProto]) -> onnx.NodeProto:
+    """The FusedElementwise node computing ``group`` (in graph order, the last its output)."""
+    produced = {n.output[0]: i for i, n in enumerate(group)}
+    inputs: list[str] = []
+    for node in group:
+        for name in node.input:
+            if name not in produced and name not in inputs:
+                inputs.append(name)
+    args: list[int] = []
+    for node in group:
+        refs = [len(inputs) + produced[n] if n in produced else inputs.index(n) for n in node.input]
+        args.extend(refs + [-1] * (2 - len(refs)))
+    last = group[-1]
+    return helper.make_node("FusedElementwise", inputs, [last.output[0]], name=last.name or group[0].name,
+                            domain=FUSED_DOMAIN, ops=[n.op_type for n in group], args=args)

@@ -96,11 +96,12 @@ def _blocked_qdq_pair(
     return node, dq
 
 
-def _same_static_shape(rw: Rewrite, names: Sequence[str]) -> bool:
+def _same_shape(rw: Rewrite, names: Sequence[str]) -> bool:
+    """Whether the values have one known shape (a symbolic dimension, as a free batch, is
+    the same size wherever the same name appears)."""
     shapes = [rw.shape(n) for n in names]
     first = shapes[0]
-    return (first is not None and all(isinstance(d, int) for d in first)
-            and all(s == first for s in shapes[1:]))
+    return first is not None and None not in first and all(s == first for s in shapes[1:])
 
 
 def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
@@ -129,7 +130,7 @@ def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
                 channels[member.output[0]] = channels[node.input[0]]
         elif (
             node.op_type == "Add" and node.domain in DEFAULT_DOMAINS and not rw.is_removed(node)
-            and all(i in channels for i in node.input) and _same_static_shape(rw, node.input)
+            and all(i in channels for i in node.input) and _same_shape(rw, node.input)
             and channels[node.input[0]] == channels[node.input[1]]
         ):
             converted.add(id(node))  # a residual sum of two blocked values of one shape

@@ -11,9 +11,9 @@ static PyMethodDef methods[] = {
      "qgemm_supported() -> whether this CPU has AVX-512 VNNI for qgemm_u8s8."},
     {"logistic_tanh", py_logistic_tanh, METH_VARARGS,
      "logistic_tanh(x, out, tanh): out = sigmoid(x), or tanh(x), as onnxruntime's MLAS computes them."},
-    {"elementwise_chain", py_elementwise_chain, METH_VARARGS,
-     "elementwise_chain(x, y, program, constants, offsets, lengths, row): FusedElementwise's "
-     "steps over float32 x into y in one pass."},
+    {"elementwise_group", py_elementwise_group, METH_VARARGS,
+     "elementwise_group(inputs, kinds, y, program, row): FusedElementwise's program over its "
+     "float32 inputs into y in one pass."},
     {"tree_leaves", py_tree_leaves, METH_VARARGS,
      "tree_leaves(x, roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf, "
      "missing_true, out, n, features, leaves): the leaf each (sample, tree) reaches."},

@@ -152,7 +152,7 @@ PyObject *py_logistic_tanh(PyObject *self, PyObject *args);
 PyObject *py_recurrent(PyObject *self, PyObject *args);
 PyObject *py_quantize8(PyObject *self, PyObject *args);
 PyObject *py_tree_leaves(PyObject *self, PyObject *args);
-PyObject *py_elementwise_chain(PyObject *self, PyObject *args);
+PyObject *py_elementwise_group(PyObject *self, PyObject *args);
 
 /* logistic.c: onnxruntime's Sigmoid and Tanh on n floats (y may be x). */
 void onyxrt_logistic(const float *x, float *y, idx n);

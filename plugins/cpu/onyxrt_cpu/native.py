@@ -46,7 +46,7 @@ __all__ = [
     "quantize8",
     "dequantize8",
     "tree_leaves",
-    "elementwise_chain",
+    "elementwise_group",
     "PackedInt8",
     "QGEMM",
     "pack_int8",
@@ -244,14 +244,13 @@ def dequantize8(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None)
     return y
 
 
-def elementwise_chain(x: np.ndarray, y: np.ndarray, program: np.ndarray, constants: np.ndarray,
-                      offsets: np.ndarray, lengths: np.ndarray, row: int) -> None:
-    """FusedElementwise's steps (``program``: int32 [steps, 3] of step code, constant
-    index or -1, swapped) over float32 ``x`` into ``y`` in one pass; ``constants`` float32
-    concatenated, ``offsets``/``lengths`` int64 per constant (1 or ``row`` values, ``row``
-    the last axis' length, 0 when every constant is one value). See
-    csrc/elementwise_chain.c."""
-    _native.elementwise_chain(x, y, program, constants, offsets, lengths, row)
+def elementwise_group(inputs: tuple[np.ndarray, ...], kinds: tuple[int, ...], y: np.ndarray,
+                      program: np.ndarray, row: int) -> None:
+    """FusedElementwise's ``program`` (int32 [steps, 3]: step code, operand, operand or -1)
+    over float32 ``inputs`` (C-contiguous; ``kinds``: 0 a tensor of ``y``'s size, 1 one
+    value, 2 one value per position of the last axis, of length ``row``) into ``y`` in one
+    pass. See csrc/elementwise_group.c."""
+    _native.elementwise_group(inputs, kinds, y, program, row)
 
 
 def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:

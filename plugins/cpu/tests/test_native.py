@@ -610,56 +610,71 @@ def test_int8_gemm_is_exact(m, k, n):
 # ----------------------------------------------------------------- FusedElementwise
 
 
-def _chain_kernel(ops, operands, swapped, n_inputs):
+def _group_kernel(ops, args, n_inputs):
     node = helper.make_node("FusedElementwise", [f"i{k}" for k in range(n_inputs)], ["y"], domain="ai.onyxrt",
-                            ops=ops, operands=operands, swapped=swapped)
+                            ops=ops, args=args)
     kdef, reason = registry.lookup("ai.onyxrt", "FusedElementwise", 1)
     assert kdef is not None, reason
     return kdef.factory(KernelInfo.from_node(node, 1, since_version=kdef.since_version))
 
 
-EXACT_CHAIN = (["Add", "Mul", "Sub", "Relu", "Div", "Abs", "Sqrt", "Max", "Neg", "Min"],
-               [1, 2, 1, -1, 2, -1, -1, 1, -1, 2], [0, 1, 1, 0, 0, 0, 0, 1, 0, 0])
+# Inputs: 0 x, 1 a row constant, 2 a scalar, 3 a second tensor; results from index 4.
+# Every exact operator, both operand orders, tensor-tensor steps, a result read twice.
+EXACT_GROUP = (["Add", "Mul", "Sub", "Relu", "Div", "Abs", "Sqrt", "Max", "Neg", "Min", "Mul", "Sub"],
+               [0, 1, 2, 4, 3, 5, 6, -1, 7, 1, 8, -1, 9, -1, 10, 2, 11, -1, 12, 0, 6, 13, 14, 3])
 
 
-@pytest.mark.parametrize("shape", [(3, 1000), (2, 3, 17), (5000,), (1, 1)])
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 3, 17), (5000,), (1, 1), (4, 1200)])
 def test_fused_elementwise_compiled_matches_the_step_by_step_path(numpy_only, shape):
     rng = np.random.default_rng(len(shape))
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
     x.reshape(-1)[:4] = [np.nan, np.inf, -0.0, 0.0][: x.size]
+    x2 = rng.standard_normal(shape).astype(np.float32)
     row = (rng.random(shape[-1]) + 0.5).astype(np.float32)
     scalar = np.array(0.75, np.float32)
-    kernel = _chain_kernel(*EXACT_CHAIN, 3)
-    compiled, reference = _both(numpy_only, lambda: kernel.compute(x, row, scalar)[0])
+    kernel = _group_kernel(*EXACT_GROUP, 4)
+    compiled, reference = _both(numpy_only, lambda: kernel.compute(x, row, scalar, x2)[0])
     # The same float32 operations, NaN and signed zeros included: identical.
     np.testing.assert_array_equal(compiled, reference)
     assert np.array_equal(np.signbit(compiled), np.signbit(reference))
-    # With the transcendental steps: Sigmoid/Tanh are onnxruntime's when compiled (exact
-    # functions without the module), Exp/Log the C library's: within a few ulps.
-    kernel = _chain_kernel(["Mul", "Sigmoid", "Tanh", "Exp", "Log", "Add"], [2, -1, -1, -1, -1, 1],
-                           [0, 0, 0, 0, 0, 0], 3)
+    # With the transcendental steps (SiLU, then more): Sigmoid/Tanh are onnxruntime's when
+    # compiled (exact functions without the module), Exp/Log the C library's: within ulps.
+    kernel = _group_kernel(["Sigmoid", "Mul", "Tanh", "Exp", "Log", "Add"],
+                           [0, -1, 0, 3, 4, -1, 5, -1, 6, -1, 7, 1], 3)
     compiled, reference = _both(numpy_only, lambda: kernel.compute(x, row, scalar)[0])
     np.testing.assert_allclose(compiled, reference, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
 def test_fused_elementwise_of_unary_steps_only(numpy_only):
     x = np.linspace(-3, 3, 101, dtype=np.float32).reshape(1, 101)
-    kernel = _chain_kernel(["Abs", "Neg", "Relu", "Sqrt"], [-1, -1, -1, -1], [0, 0, 0, 0], 1)
+    kernel = _group_kernel(["Abs", "Neg", "Relu", "Sqrt"], [0, -1, 1, -1, 2, -1, 3, -1], 1)
     compiled, reference = _both(numpy_only, lambda: kernel.compute(x)[0])
     np.testing.assert_array_equal(compiled, reference)
 
 
-def test_fused_elementwise_broadcasts_other_constants_as_numpy_does():
-    # The optimizer only fuses constants that keep the value's shape; a kernel given any
-    # other still computes what the unfused steps would (numpy's broadcasting).
+def test_fused_elementwise_broadcasts_other_inputs_as_numpy_does():
+    # The optimizer only fuses inputs that keep the output's shape; a kernel given any
+    # other still computes what the unfused operators would (numpy's broadcasting).
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     c = np.array([[1.0], [2.0], [3.0]], np.float32)  # (3, 1): not per position of the last axis
-    y = _chain_kernel(["Mul", "Neg"], [1, -1], [0, 0], 2).compute(x, c)[0]
+    y = _group_kernel(["Mul", "Neg"], [0, 1, 2, -1], 2).compute(x, c)[0]
     np.testing.assert_array_equal(y, -(x * c))
 
 
 def test_fused_elementwise_rejects_bad_attributes():
     with pytest.raises(InvalidGraph, match="FusedElementwise"):
-        _chain_kernel(["Add"], [-1], [0], 1)  # a binary step without its constant
+        _group_kernel(["Add"], [0, -1], 1)  # a binary step without its second operand
     with pytest.raises(InvalidGraph, match="FusedElementwise"):
-        _chain_kernel(["Cos"], [-1], [0], 1)
+        _group_kernel(["Relu", "Neg"], [0, -1, 2, -1], 1)  # reads its own result
+    with pytest.raises(InvalidGraph, match="FusedElementwise"):
+        _group_kernel(["Cos"], [0, -1], 1)
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+def test_compiled_group_refuses_bad_programs():
+    x = np.ones(8, np.float32)
+    y = np.empty(8, np.float32)
+    with pytest.raises(ValueError, match="bad step"):
+        native.elementwise_group((x,), (0,), y, np.array([[0, 0, 5]], np.int32), 0)
+    with pytest.raises(ValueError):
+        native.elementwise_group((np.ones(3, np.float32),), (0,), y, np.array([[6, 0, -1]], np.int32), 0)

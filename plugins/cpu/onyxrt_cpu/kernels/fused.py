@@ -8,8 +8,8 @@
   swapping the last two axes; a batched A times a 2-D B runs as one GEMM.
 * ``FusedGemm(A, B, C?)``: Gemm's attributes plus FusedConv's ``activation`` /
   ``activation_params``, the activation applied in place on the product.
-* ``FusedElementwise(X, constants...)``: a chain of float32 elementwise steps
-  (``ops``/``operands``/``swapped``) in one compiled pass.
+* ``FusedElementwise(inputs...)``: a group of float32 elementwise operators (``ops``,
+  ``args``) in one compiled pass.
 * ``Gelu`` and ``LayerNormalization``: the standard kernels, registered in the fused
   domain for models whose opset predates them.
 
@@ -36,7 +36,7 @@ from .conv import Conv, add_channel_bias
 from .linalg import Gemm, contiguous_transpose, is_row_vector, matmul, packed_product
 from .normalization import LayerNormalization
 
-__all__ = ["FusedConv", "FusedMatMul", "FusedGemm", "FusedElementwise", "CHAIN_OPS", "native_activation"]
+__all__ = ["FusedConv", "FusedMatMul", "FusedGemm", "FusedElementwise", "GROUP_OPS", "native_activation"]
 
 @registry.register("FusedConv", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
 class FusedConv(Conv):
@@ -162,69 +162,78 @@ class FusedGemm(Gemm):
         return (y,)
 
 
-#: FusedElementwise's operators in csrc/elementwise_chain.c's step-code order.
-CHAIN_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log", "Sqrt")
-_CHAIN_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-                 "Max": np.maximum, "Min": np.minimum}
-_CHAIN_UNARY = {"Relu": lambda v: np.maximum(v, np.float32(0)), "Sigmoid": sigmoid, "Tanh": tanh,
-                "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt}
+#: FusedElementwise's operators in csrc/elementwise_group.c's step-code order.
+GROUP_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log", "Sqrt")
+_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+           "Max": np.maximum, "Min": np.minimum}
+_UNARY = {"Relu": lambda v: np.maximum(v, np.float32(0)), "Sigmoid": sigmoid, "Tanh": tanh,
+          "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt}
+_TENSOR, _SCALAR, _ROW = 0, 1, 2  # csrc/elementwise_group.c's operand kinds
 
 
 @registry.register("FusedElementwise", since=FUSED_DOMAIN_VERSION, domain=FUSED_DOMAIN)
 class FusedElementwise(Kernel):
-    """A chain of float32 elementwise steps (``ops``; ``operands``: the input index of each
-    binary step's constant, -1 for none; ``swapped``: 1 where the constant is the left
-    operand) in one compiled pass (csrc/elementwise_chain.c), or step by step with the
-    CPU's own functions where the compiled module is not built."""
+    """A group of float32 elementwise operators (``ops``, one per step; ``args``, two per
+    step: an input index below the node's input count, else an earlier step's result at
+    ``index - inputs``; -1 for a unary step's second) in one compiled pass
+    (csrc/elementwise_group.c), or step by step with the CPU's own functions where the
+    compiled module is not built or the inputs' shapes differ from what the optimizer
+    saw (numpy then broadcasts, as the unfused operators would)."""
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.ops = [str(o) for o in info.attr("ops", [])]
-        self.operands = [int(k) for k in info.attr("operands", [])]
-        self.swapped = [int(s) for s in info.attr("swapped", [0] * len(self.ops))]
-        if (not self.ops or len(self.operands) != len(self.ops) or len(self.swapped) != len(self.ops)
-                or any(o not in CHAIN_OPS for o in self.ops)):
-            raise InvalidGraph(f"node {info.node_name!r} (FusedElementwise): bad ops/operands/swapped "
-                               f"attributes {self.ops} {self.operands} {self.swapped}")
-        for op, k in zip(self.ops, self.operands, strict=True):
-            if (op in _CHAIN_BINARY) != (k >= 1) or k >= len(info.input_names):
-                raise InvalidGraph(f"node {info.node_name!r} (FusedElementwise): step {op} has operand {k}")
-        self.program = np.array([[CHAIN_OPS.index(op), k - 1 if k >= 1 else -1, s]
-                                 for op, k, s in zip(self.ops, self.operands, self.swapped, strict=True)],
-                                np.int32)
-        self._packed: tuple[tuple[int, ...], Any] | None = None
+        args = [int(a) for a in info.attr("args", [])]
+        n_in = len(info.input_names)
+        where = f"node {info.node_name!r} (FusedElementwise)"
+        if not self.ops or len(args) != 2 * len(self.ops) or any(o not in GROUP_OPS for o in self.ops):
+            raise InvalidGraph(f"{where}: bad ops/args attributes {self.ops} {args}")
+        self.steps = [(op, args[2 * i], args[2 * i + 1]) for i, op in enumerate(self.ops)]
+        for i, (op, a, b) in enumerate(self.steps):
+            limit = n_in + i  # an operand comes before its step
+            if not 0 <= a < limit or (b != -1 if op in _UNARY else not 0 <= b < limit):
+                raise InvalidGraph(f"{where}: step {i} ({op}) reads operands {a}, {b} of {limit}")
+        self.program = np.array([[GROUP_OPS.index(op), a, b] for op, a, b in self.steps], np.int32)
+        self._kinds: tuple[tuple[Any, ...], tuple[int, ...], int] | None = None
 
-    def compute(self, x, *constants):
-        if x.dtype == np.float32 and native.ENABLED and x.size:
-            y = self._compiled(x, constants)
+    def compute(self, *inputs):
+        if native.ENABLED and hasattr(native, "elementwise_group"):
+            y = self._compiled(inputs)
             if y is not None:
                 return (y,)
-        v = x
-        for op, k, s in zip(self.ops, self.operands, self.swapped, strict=True):
-            if k < 1:
-                v = _CHAIN_UNARY[op](v)
-            else:
-                c = constants[k - 1]
-                v = _CHAIN_BINARY[op](c, v) if s else _CHAIN_BINARY[op](v, c)
-        return (np.asarray(v),)
+        values = list(inputs)
+        for op, a, b in self.steps:
+            fn = _UNARY.get(op)
+            values.append(fn(values[a]) if fn is not None else _BINARY[op](values[a], values[b]))
+        return (np.asarray(values[-1]),)
 
-    def _compiled(self, x: np.ndarray, constants: tuple[np.ndarray, ...]) -> np.ndarray | None:
-        """The chain by csrc/elementwise_chain.c, or None where the constants do not keep
-        the shape of ``x`` (then the step-by-step path runs, and broadcasts as numpy does)."""
-        row = x.shape[-1] if x.ndim else 1
-        key = (row,) + tuple(id(c) for c in constants)
-        if self._packed is None or self._packed[0] != key:
-            lengths, parts = [], []
-            for c in constants:
-                if c.dtype != np.float32 or c.ndim > x.ndim or (c.size != 1 and (c.size != row or c.shape[-1] != row)):
+    def _compiled(self, inputs: tuple[np.ndarray, ...]) -> np.ndarray | None:
+        """The group by csrc/elementwise_group.c, or None where an input is not float32 or
+        does not keep the output's shape (one tensor shape; constants of one value or one
+        per position of the last axis)."""
+        if not inputs or any(x.dtype != np.float32 for x in inputs):
+            return None
+        shape = max(inputs, key=lambda x: (x.size, x.ndim)).shape  # the tensors' (the output's)
+        if not shape:
+            return None
+        key = tuple(x.shape for x in inputs)
+        if self._kinds is None or self._kinds[0] != key:
+            row = shape[-1]
+            kinds = []
+            for x in inputs:
+                if x.shape == shape:
+                    kinds.append(_TENSOR)
+                elif x.ndim > len(shape):
                     return None
-                parts.append(c.reshape(-1))
-                lengths.append(c.size)
-            flat = np.ascontiguousarray(np.concatenate(parts) if parts else np.zeros(1, np.float32))
-            offsets = np.cumsum([0] + lengths[:-1]).astype(np.int64) if lengths else np.zeros(0, np.int64)
-            per_position = any(n != 1 for n in lengths)
-            self._packed = (key, (flat, offsets, np.asarray(lengths, np.int64), row if per_position else 0, constants))
-        flat, offsets, lengths, period, _ = self._packed[1]
-        y = np.empty(x.shape, np.float32)
-        native.elementwise_chain(np.ascontiguousarray(x), y, self.program, flat, offsets, lengths, period)
+                elif x.size == 1:
+                    kinds.append(_SCALAR)
+                elif x.size == row and x.shape[-1] == row:
+                    kinds.append(_ROW)
+                else:
+                    return None
+            self._kinds = (key, tuple(kinds), row)
+        _, kinds, row = self._kinds
+        y = np.empty(shape, np.float32)
+        if y.size:
+            native.elementwise_group(tuple(np.ascontiguousarray(x) for x in inputs), kinds, y, self.program, row)
         return y
