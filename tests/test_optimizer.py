@@ -13,15 +13,18 @@ from model_helpers import make_model, tensor
 from onnx import TensorProto, helper
 
 import onyxrt
+from onyxrt.errors import InvalidArgument
 from onyxrt.optimizer import FUSED_DOMAIN, PASSES
 from onyxrt.testing import models
 
 LEVEL = onyxrt.GraphOptimizationLevel
 
 
-def _session(model: onnx.ModelProto, level=LEVEL.ORT_ENABLE_ALL, path: str = "", providers=None):
+def _session(model: onnx.ModelProto, level=LEVEL.ORT_ENABLE_ALL, path: str = "", providers=None, extra=""):
     so = onyxrt.SessionOptions()
     so.graph_optimization_level = level
+    if extra:
+        so.add_session_config_entry("session.extra_optimizers", extra)
     if path:
         so.optimized_model_filepath = path
     return onyxrt.InferenceSession(
@@ -29,9 +32,10 @@ def _session(model: onnx.ModelProto, level=LEVEL.ORT_ENABLE_ALL, path: str = "",
     )
 
 
-def _optimized_ops(model: onnx.ModelProto, tmp_path, level=LEVEL.ORT_ENABLE_ALL, providers=None) -> list[str]:
+def _optimized_ops(model: onnx.ModelProto, tmp_path, level=LEVEL.ORT_ENABLE_ALL, providers=None,
+                   extra="") -> list[str]:
     path = str(tmp_path / "optimized.onnx")
-    _session(model, level, path, providers)
+    _session(model, level, path, providers, extra)
     return [n.op_type for n in onnx.load(path).graph.node]
 
 
@@ -181,7 +185,10 @@ def _group_model() -> onnx.ModelProto:
 
 def test_elementwise_groups_fuse(tmp_path):
     model = _group_model()
-    ops = _optimized_ops(model, tmp_path)
+    # Off by default: onnxruntime leaves such graphs as they are, and users compare their
+    # per-node profiles and provider assignments with onnxruntime's.
+    assert "FusedElementwise" not in _optimized_ops(model, tmp_path)
+    ops = _optimized_ops(model, tmp_path, extra="fuse_elementwise")
     # relu..y (tanh, a graph output, ends it), sub..tanh (sig is read by the side Relu too),
     # add..sig; the side Relu alone stays.
     assert ops.count("FusedElementwise") == 3, ops
@@ -189,7 +196,7 @@ def test_elementwise_groups_fuse(tmp_path):
     x = _randn(2, 3, 16)
     x[0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
     plain = _session(model, LEVEL.ORT_DISABLE_ALL).run(None, {"x": x})
-    fused = _session(model).run(None, {"x": x})
+    fused = _session(model, extra="fuse_elementwise").run(None, {"x": x})
     # The groups without Exp and Log compute exactly what the unfused kernels compute.
     for p, f in zip(plain[1:], fused[1:], strict=True):
         np.testing.assert_array_equal(f, p)
@@ -203,9 +210,9 @@ def test_silu_fuses_into_one_node(tmp_path):
     # x * Sigmoid(x): x read twice, from outside the group.
     nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
     model = make_model(nodes, [tensor("x", [2, 300])], [tensor("y", [2, 300])])
-    assert _optimized_ops(model, tmp_path) == ["FusedElementwise"]
+    assert _optimized_ops(model, tmp_path, extra="fuse_elementwise") == ["FusedElementwise"]
     feeds = {"x": _randn(2, 300)}
-    np.testing.assert_array_equal(_session(model).run(None, feeds)[0],
+    np.testing.assert_array_equal(_session(model, extra="fuse_elementwise").run(None, feeds)[0],
                                   _session(model, LEVEL.ORT_DISABLE_ALL).run(None, feeds)[0])
 
 
@@ -213,7 +220,8 @@ def test_elementwise_groups_need_the_fused_kernel(tmp_path):
     # A provider without FusedElementwise in the session (the simulated NPU) keeps them.
     if "SimNPUExecutionProvider" not in onyxrt.get_available_providers():
         pytest.skip("needs a second provider without the fused kernel")
-    ops = _optimized_ops(_group_model(), tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
+    ops = _optimized_ops(_group_model(), tmp_path, providers=["SimNPUExecutionProvider", "CPUExecutionProvider"],
+                         extra="fuse_elementwise")
     assert "FusedElementwise" not in ops
 
 
@@ -232,6 +240,13 @@ def _qdq_conv_model() -> onnx.ModelProto:
         "ws": np.array([0.01, 0.02, 0.015, 0.03], np.float32), "wz": np.zeros(4, np.int8),
     }
     return make_model(nodes, [tensor("x", [1, 3, 8, 8])], [tensor("y", [1, 4, 8, 8])], inits, opset=17)
+
+
+def test_extra_optimizers_names_are_checked():
+    so = onyxrt.SessionOptions()
+    so.add_session_config_entry("session.extra_optimizers", "fuse_elementwise, nope")
+    with pytest.raises(InvalidArgument, match="nope.*fuse_elementwise"):
+        onyxrt.InferenceSession(_group_model().SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def test_weight_dequantize_folds_unless_a_provider_reads_qdq_groups(tmp_path):

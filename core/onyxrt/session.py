@@ -53,6 +53,7 @@ from .logs import session_logger
 from .model_saving import save_optimized_model
 from .optimizer import (
     ONNXRUNTIME_OPTIMIZER_NAMES,
+    OPT_IN,
     PASSES,
     STRUCTURAL_PASSES,
     PassContext,
@@ -70,6 +71,7 @@ from .provider_selection import configured_providers
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
     EXTERNAL_DATA_FOLDER_KEY,
+    EXTRA_OPTIMIZERS_KEY,
     MAX_COPIES_KEY,
     MAX_PARTITIONS_KEY,
     PIN_NODES_KEY,
@@ -372,6 +374,17 @@ class InferenceSession:
             _replace_initializer(proto.graph, name, value)
         return loaded
 
+    def _extra_passes(self) -> frozenset[str]:
+        """The opt-in optimizer passes ``session.extra_optimizers`` names (comma-separated);
+        an unknown name is an InvalidArgument naming the ones there are."""
+        raw = self._sess_options.config_entries().get(EXTRA_OPTIMIZERS_KEY, "")
+        names = frozenset(n.strip() for n in raw.split(",") if n.strip())
+        unknown = sorted(names - OPT_IN)
+        if unknown:
+            raise InvalidArgument(f"session config {EXTRA_OPTIMIZERS_KEY}: {unknown} name no opt-in optimizer "
+                                  f"pass; there are: {', '.join(sorted(OPT_IN))}")
+        return names
+
     def _prepare_graph(self, providers: Sequence[ExecutionProvider]) -> Graph:
         proto = self._loaded.proto
         self._declared_from(proto)
@@ -385,7 +398,8 @@ class InferenceSession:
             can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants,
             infer_shapes=infer, fold_dequantized_weights=not any(p.uses_qdq_groups for p in providers),
         )
-        proto = optimize(proto, self._sess_options.graph_optimization_level, infer, ctx, self._disabled_passes)
+        proto = optimize(proto, self._sess_options.graph_optimization_level, infer, ctx, self._disabled_passes,
+                         self._extra_passes())
         if self._sess_options.optimized_model_filepath:
             save_optimized_model(proto, ctx.arrays, self._sess_options)
         try:

@@ -39,6 +39,7 @@ __all__ = [
     "STRICT_PROVIDERS_KEY",
     "DISABLE_CPU_FALLBACK_KEY",
     "PIN_NODES_KEY",
+    "EXTRA_OPTIMIZERS_KEY",
     "MAX_PARTITIONS_KEY",
     "MAX_COPIES_KEY",
     "MAX_TENSOR_BYTES_KEY",
@@ -51,6 +52,9 @@ __all__ = [
 STRICT_PROVIDERS_KEY = "session.strict_providers"
 DISABLE_CPU_FALLBACK_KEY = "session.disable_cpu_ep_fallback"
 PIN_NODES_KEY = "session.pin_nodes"
+#: Comma-separated optimizer passes that are off by default (``onyxrt.optimizer.OPT_IN``),
+#: turned on for the session: ``"fuse_elementwise"``.
+EXTRA_OPTIMIZERS_KEY = "session.extra_optimizers"
 MAX_PARTITIONS_KEY = "session.max_partitions"
 MAX_COPIES_KEY = "session.max_copies_per_run"
 MAX_TENSOR_BYTES_KEY = "session.max_tensor_bytes"  # read by onyxrt.limits

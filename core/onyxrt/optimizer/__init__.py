@@ -14,8 +14,8 @@ Levels follow onnxruntime's:
                           layer normalization and GELU patterns → LayerNormalization, Gelu;
                           DynamicQuantizeLinear → MatMulInteger → Cast → Mul [→ bias] →
                           com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul;
-                          Gemm → activation → FusedGemm; groups of float32 elementwise
-                          operators → FusedElementwise
+                          Gemm → activation → FusedGemm; opt-in (``session.extra_optimizers``):
+                          groups of float32 elementwise operators → FusedElementwise
 ``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
                           per vector; :mod:`.layout`), where the CPU provider offers its
                           NCHWc kernels (compiled, on a CPU with AVX-512)
@@ -50,7 +50,7 @@ from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 from .transformer_fusions import fuse_gelu, fuse_layer_norm
 
 __all__ = [
-    "optimize", "Pass", "PASSES", "STRUCTURAL_PASSES", "PassContext", "FUSED_DOMAIN",
+    "optimize", "Pass", "PASSES", "OPT_IN", "STRUCTURAL_PASSES", "PassContext", "FUSED_DOMAIN",
     "FUSED_DOMAIN_VERSION", "ONNXRUNTIME_OPTIMIZER_NAMES", "passes_named",
 ]
 
@@ -62,6 +62,10 @@ class Pass:
     name: str
     level: GraphOptimizationLevel
     run: Callable[[onnx.ModelProto, PassContext], onnx.ModelProto]
+    #: Off unless the session names it (``session.extra_optimizers``): passes whose result
+    #: onnxruntime users would see differ from onnxruntime's (per-node profiles and
+    #: provider assignments of graphs onnxruntime leaves as they are).
+    opt_in: bool = False
 
 
 def _plain(fn: Callable[[onnx.ModelProto], onnx.ModelProto]) -> Callable[[onnx.ModelProto, PassContext], onnx.ModelProto]:
@@ -90,11 +94,14 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_integer_matmul", EXTENDED, fuse_integer_matmul),
     Pass("fuse_gemm_activation", EXTENDED, fuse_gemm_activation),
     Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
-    Pass("fuse_elementwise", EXTENDED, fuse_elementwise),
+    Pass("fuse_elementwise", EXTENDED, fuse_elementwise, opt_in=True),
     Pass("convert_to_nchwc", LAYOUT, convert_to_nchwc),
     Pass("eliminate_dead_nodes", BASIC, _plain(eliminate_dead_nodes)),
 )
 
+
+#: Passes that run only when the session names them (``session.extra_optimizers``).
+OPT_IN: frozenset[str] = frozenset(p.name for p in PASSES if p.opt_in)
 
 #: onnxruntime's names of its graph transformers (``InferenceSession(...,
 #: disabled_optimizers=[...])``) → the passes here that do that work. Names onnxruntime has
@@ -145,9 +152,10 @@ def optimize(
     infer_shapes: Callable[[onnx.ModelProto], onnx.ModelProto],
     ctx: PassContext | None = None,
     disabled: Set[str] = frozenset(),
+    extra: Set[str] = frozenset(),
 ) -> onnx.ModelProto:
-    """Apply every pass enabled at ``level`` and not named in ``disabled``; returns the
-    shape-inferred result.
+    """Apply every pass enabled at ``level`` and not named in ``disabled`` (an opt-in pass
+    only when named in ``extra``); returns the shape-inferred result.
 
     ``infer_shapes`` runs once, between the structural passes and the others, whose
     rewrites keep the inferred types of the values they keep (fused nodes write the
@@ -159,6 +167,6 @@ def optimize(
             model = p.run(model, ctx)
     model = infer_shapes(model)
     for p in PASSES:
-        if level >= p.level and p.name not in disabled:
+        if level >= p.level and p.name not in disabled and (not p.opt_in or p.name in extra):
             model = p.run(model, ctx)
     return model

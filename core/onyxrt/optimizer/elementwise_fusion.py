@@ -39,6 +39,10 @@ UNARY = ("Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log", "Sqrt")
 BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
 #: Fewer members gain nothing worth a fused node.
 MIN_GROUP = 2
+#: At most this many members and external inputs (csrc/elementwise_group.c's limits); a
+#: longer run is cut into several groups.
+MAX_GROUP = 256
+MAX_INPUTS = 64
 
 
 def _member_shape(rw: Rewrite, node: onnx.NodeProto) -> tuple[int | str | None, ...] | None:
@@ -80,6 +84,8 @@ def fuse_elementwise(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
     module docstring) by one FusedElementwise node."""
     if not has_op(model.graph, *UNARY, *BINARY) or not ctx.can_run(FUSED_DOMAIN, "FusedElementwise"):
         return model
+    if not _sorted(model.graph):
+        return model  # groups are placed where their last member is: only in sorted graphs
     rw = Rewrite(model, ctx.arrays)
     order = {id(n): i for i, n in enumerate(model.graph.node)}
     shapes = {id(n): s for n in model.graph.node if (s := _member_shape(rw, n)) is not None}
@@ -92,7 +98,10 @@ def fuse_elementwise(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProt
         if len(group) < MIN_GROUP or not rw.claimable(group):
             continue
         group.sort(key=lambda n: order[id(n)])
-        rw.replace(group, [_fused_node(group)])
+        node = _fused_node(group)
+        if len(node.input) > MAX_INPUTS:
+            continue
+        rw.replace(group, [node])
         assigned.update(id(n) for n in group)
         fused = True
     if fused:
@@ -108,7 +117,7 @@ def _grow(
     group = [sink]
     members = {id(sink)}
     frontier = [sink]
-    while frontier:
+    while frontier and len(group) < MAX_GROUP:
         node = frontier.pop()
         for name in node.input:
             producer = rw.producer.get(name)
@@ -116,11 +125,23 @@ def _grow(
                     or shapes.get(id(producer)) != shapes[id(sink)] or name in rw.pinned):
                 continue
             readers = rw.consumers.get(name, [])
-            if all(id(r) in members for r in readers):
+            if all(id(r) in members for r in readers) and len(group) < MAX_GROUP:
                 group.append(producer)
                 members.add(id(producer))
                 frontier.append(producer)
     return group
+
+
+def _sorted(graph: onnx.GraphProto) -> bool:
+    """Whether every node reads only values produced before it (or graph inputs,
+    initializers and outer-scope names: anything no node of this graph produces)."""
+    produced = {o for n in graph.node for o in n.output if o}
+    seen: set[str] = set()
+    for node in graph.node:
+        if any(i in produced and i not in seen for i in node.input if i):
+            return False
+        seen.update(o for o in node.output if o)
+    return True
 
 
 def _fused_node(group: list[onnx.NodeProto]) -> onnx.NodeProto:

@@ -211,8 +211,8 @@ class FusedElementwise(Kernel):
         """The group by csrc/elementwise_group.c, or None where an input is not float32 or
         does not keep the output's shape (one tensor shape; constants of one value or one
         per position of the last axis)."""
-        if not inputs or any(x.dtype != np.float32 for x in inputs):
-            return None
+        if not inputs or len(inputs) > 64 or len(self.steps) > 256 or any(x.dtype != np.float32 for x in inputs):
+            return None  # csrc/elementwise_group.c's limits
         shape = max(inputs, key=lambda x: (x.size, x.ndim)).shape  # the tensors' (the output's)
         if not shape:
             return None
