@@ -42,4 +42,5 @@ def tanh(x: Any) -> Any:
 
 #: What the library's operators compute with on the CPU (bound in ``kernels/__init__``).
 BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
-                                "tree_leaves": native.tree_leaves})
+                                # only where compiled: the library walks the trees itself
+                                **({"tree_leaves": native.tree_leaves} if native.ENABLED else {})})

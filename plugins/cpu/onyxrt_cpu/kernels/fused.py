@@ -29,9 +29,8 @@ from onyxrt.optimizer.fused_ops import MatMulAttributes, activation, conv_epilog
 
 from .. import native
 from . import registry
-from ._backend import sigmoid, tanh
 from ._spatial import compute_dtype
-from .activation import Gelu
+from .activation import Gelu, _fast_sigmoid
 from .conv import Conv, add_channel_bias
 from .linalg import Gemm, contiguous_transpose, is_row_vector, matmul, packed_product
 from .normalization import LayerNormalization
@@ -166,7 +165,14 @@ class FusedGemm(Gemm):
 GROUP_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log", "Sqrt")
 _BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
            "Max": np.maximum, "Min": np.minimum}
-_UNARY = {"Relu": lambda v: np.maximum(v, np.float32(0)), "Sigmoid": sigmoid, "Tanh": tanh,
+def _tanh(v: np.ndarray) -> np.ndarray:
+    """The CPU Tanh kernel's function: onnxruntime's where compiled, numpy's otherwise."""
+    y = native.tanh(v) if v.dtype == np.float32 else None
+    return np.tanh(v) if y is None else y
+
+
+# The step-by-step path computes each step with the function the unfused CPU kernel uses.
+_UNARY = {"Relu": lambda v: np.maximum(v, np.float32(0)), "Sigmoid": _fast_sigmoid, "Tanh": _tanh,
           "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt}
 _TENSOR, _SCALAR, _ROW = 0, 1, 2  # csrc/elementwise_group.c's operand kinds
 
