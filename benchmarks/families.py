@@ -273,16 +273,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def format_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
-    """A Markdown table, or plain text with the first column left-aligned."""
-    if markdown:
-        lines = [headers, ["---"] * len(headers), *rows]
-        return "\n".join("| " + " | ".join(line) + " |" for line in lines)
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
-                     for line in [headers, *rows])
-
-
 def _ms(value: float | None) -> str:
     if value is None:
         return "-"
@@ -375,6 +365,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
     sys.path.insert(0, str(HERE))
+    # run.py's table formatting; imported here, in the parent only: run.py imports both
+    # runtimes, which a child must not have loaded before it times its own import.
+    from run import format_table  # noqa: PLC0415
     byte_compile_onyxrt()
     exports = args.exports or default_exports()
     print(f"each runtime alone in a fresh process, alternating, {args.repeats} repeats; "
