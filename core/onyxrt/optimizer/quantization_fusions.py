@@ -22,6 +22,8 @@ kernels compute the same exact integer sums and the same float32 scaling and bia
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import onnx
 from onnx import helper
 
@@ -39,7 +41,8 @@ def _other(node: onnx.NodeProto, name: str) -> str:
     return node.input[1] if node.input[0] == name else node.input[0]
 
 
-def _default(node: onnx.NodeProto | None, op_type: str) -> bool:
+def _default(node: onnx.NodeProto | None, op_type: str) -> TypeGuard[onnx.NodeProto]:
+    """Whether ``node`` is a default-domain ``op_type`` node."""
     return node is not None and node.op_type == op_type and node.domain in DEFAULT_DOMAINS
 
 
