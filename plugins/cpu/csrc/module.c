@@ -17,6 +17,9 @@ static PyMethodDef methods[] = {
     {"tree_leaves", py_tree_leaves, METH_VARARGS,
      "tree_leaves(x, roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf, "
      "missing_true, out, n, features, leaves): the leaf each (sample, tree) reaches."},
+    {"dequantize4", py_dequantize4, METH_VARARGS,
+     "dequantize4(b, scales, zero_points, w, n, blocks, block, k): MatMulNBits' 4-bit weights "
+     "as float32 (N, K)."},
     {"quantize8", py_quantize8, METH_VARARGS,
      "quantize8(x, y, scale, zero_point, signed, dequantize): per-tensor QuantizeLinear of "
      "float32 x into (u)int8 y, or with dequantize DequantizeLinear of (u)int8 x into float32 y."},

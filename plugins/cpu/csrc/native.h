@@ -151,6 +151,7 @@ PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
 PyObject *py_logistic_tanh(PyObject *self, PyObject *args);
 PyObject *py_recurrent(PyObject *self, PyObject *args);
 PyObject *py_quantize8(PyObject *self, PyObject *args);
+PyObject *py_dequantize4(PyObject *self, PyObject *args);
 PyObject *py_tree_leaves(PyObject *self, PyObject *args);
 PyObject *py_elementwise_group(PyObject *self, PyObject *args);
 

@@ -91,3 +91,81 @@ py_quantize8(PyObject *self, PyObject *args)
     release(&xv);
     Py_RETURN_NONE;
 }
+
+/* MatMulNBits' 4-bit weights dequantized: B (N, blocks, block / 2) bytes holding two values
+ * each (the low nibble first), scales (N, blocks) float32, zero points packed the same way
+ * (N, ceil(blocks / 2)) or none (8); w (N, K) float32 = (q - zero point) * scale, as the
+ * operator library computes it, in one pass instead of numpy's six over the whole matrix
+ * (BERT-base's 85 million weights took 1.2 s at session creation). */
+typedef struct {
+    const uint8_t *b, *zp;
+    const float *scales;
+    float *w;
+    idx blocks, block, k;
+} Dequant4Call;
+
+MULTIVERSION static void
+dequantize4_rows(void *ctx, idx begin, idx end)
+{
+    const Dequant4Call *c = (const Dequant4Call *)ctx;
+    const idx half = c->block / 2, zcols = (c->blocks + 1) / 2;
+    for (idx n = begin; n < end; n++) {
+        float *out = c->w + n * c->k;
+        for (idx j = 0; j < c->blocks; j++) {
+            const float s = c->scales[n * c->blocks + j];
+            int z = 8;
+            if (c->zp) {
+                const uint8_t byte = c->zp[n * zcols + j / 2];
+                z = (j & 1) ? byte >> 4 : byte & 15;
+            }
+            const uint8_t *q = c->b + (n * c->blocks + j) * half;
+            const idx base = j * c->block;
+            if (base + c->block <= c->k) {
+                for (idx i = 0; i < half; i++) {
+                    out[base + 2 * i] = (float)((q[i] & 15) - z) * s;
+                    out[base + 2 * i + 1] = (float)((q[i] >> 4) - z) * s;
+                }
+            } else {
+                for (idx i = 0; base + 2 * i < c->k; i++) {
+                    out[base + 2 * i] = (float)((q[i] & 15) - z) * s;
+                    if (base + 2 * i + 1 < c->k) {
+                        out[base + 2 * i + 1] = (float)((q[i] >> 4) - z) * s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* dequantize4(b, scales, zero_points or None, w, n, blocks, block, k) */
+PyObject *
+py_dequantize4(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *bo, *so, *zo, *wo;
+    Py_ssize_t n, blocks, block, k;
+    if (!PyArg_ParseTuple(args, "OOOOnnnn", &bo, &so, &zo, &wo, &n, &blocks, &block, &k)) {
+        return NULL;
+    }
+    if (n < 0 || blocks < 0 || block < 2 || block % 2 || k < 0 || k > blocks * block) {
+        PyErr_SetString(PyExc_ValueError, "dequantize4: bad dimensions");
+        return NULL;
+    }
+    enum { B, S, Z, W, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_bytes(bo, &v[B], 0, n * blocks * (block / 2), 1, "b") < 0 ||
+        get_f32(so, &v[S], 0, n * blocks, "scales") < 0 ||
+        (zo != Py_None && get_bytes(zo, &v[Z], 0, n * ((blocks + 1) / 2), 1, "zero points") < 0) ||
+        get_f32(wo, &v[W], 1, n * k, "w") < 0) {
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    Dequant4Call call = {(const uint8_t *)v[B].buf, (const uint8_t *)v[Z].buf, (const float *)v[S].buf,
+                         (float *)v[W].buf, blocks, block, k};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(dequantize4_rows, &call, n, 1 + MIN_PARALLEL_FLOATS / (k + 1));
+    Py_END_ALLOW_THREADS
+    release_all(v, VIEWS);
+    Py_RETURN_NONE;
+}

@@ -45,6 +45,7 @@ __all__ = [
     "recurrent_panels",
     "quantize8",
     "dequantize8",
+    "dequantize4",
     "tree_leaves",
     "elementwise_group",
     "PackedInt8",
@@ -273,6 +274,25 @@ def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:
     _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
                         forest.weight.shape[0])
     return out
+
+
+def dequantize4(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, k: int, block: int) -> np.ndarray | None:
+    """MatMulNBits' 4-bit weights as float32 (N, K): ``b`` uint8 (N, blocks, block / 2),
+    two values a byte (low nibble first), ``scales`` float32 (N * blocks), ``zero_points``
+    uint8 packed the same way (N, ceil(blocks / 2)) or None (8): ``(q - zp) * scale``, as
+    the operator library computes it, in one pass; ``None`` when the call does not qualify."""
+    if not ENABLED or not hasattr(_native, "dequantize4") or b.dtype != np.uint8 or b.ndim != 3:
+        return None
+    n, blocks, half = b.shape
+    if half * 2 != block or scales.dtype != _F32 or scales.size != n * blocks or not 0 <= k <= blocks * block:
+        return None
+    if zero_points is not None and (zero_points.dtype != np.uint8 or zero_points.size != n * ((blocks + 1) // 2)):
+        return None
+    w = np.empty((n, k), _F32)
+    _native.dequantize4(np.ascontiguousarray(b), np.ascontiguousarray(scales).reshape(-1),
+                        None if zero_points is None else np.ascontiguousarray(zero_points).reshape(-1),
+                        w, n, blocks, block, k)
+    return w
 
 
 #: Whether :func:`recurrent` runs here (the module built with csrc/recurrent.c, and on).

@@ -11,6 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onyxrt
+from onyxrt.kernels import KernelInfo
+from onyxrt_cpu import native
 from onyxrt_cpu.kernels import contrib_quantization, registry
 
 MS = "com.microsoft"
@@ -111,3 +113,18 @@ def test_matmul_nbits_with_constant_weights_matches_onnxruntime(monkeypatch, bud
 def _kernels(session: onyxrt.InferenceSession) -> list:
     """The kernel objects of a session's plan (each step runs a kernel's bound compute)."""
     return [getattr(step.fn, "__self__", None) for step in session._plan.steps]
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+@pytest.mark.parametrize(("n", "k", "block", "zero_points"), [
+    (37, 80, 32, True), (37, 80, 32, False), (5, 64, 16, True), (3, 96, 64, False), (4, 33, 16, True),
+])  # fmt: skip
+def test_compiled_4bit_dequantization_is_the_librarys(n, k, block, zero_points):
+    b, scales, zps = _nbits_weights(n, k, block, seed=n + k)
+    zps = zps if zero_points else None
+    node = helper.make_node("MatMulNBits", ["a", "b", "s", "z" if zero_points else ""], ["y"], domain=MS,
+                            K=k, N=n, bits=4, block_size=block)
+    kdef, _ = registry.lookup(MS, "MatMulNBits", 1)
+    kernel = kdef.factory(KernelInfo.from_node(node, 1, since_version=1))
+    compiled = native.dequantize4(b, scales, zps, k, block)
+    np.testing.assert_array_equal(compiled, kernel.weights(b, scales, zps))  # same float32 steps

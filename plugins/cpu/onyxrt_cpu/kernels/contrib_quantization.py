@@ -26,6 +26,7 @@ import numpy as np
 from onyxrt.kernels import KernelInfo
 from onyxrt_ops import library
 
+from .. import native
 from . import registry
 from ._backend import BACKEND
 from .linalg import integer_product, matmul, pack_integer_b
@@ -138,8 +139,10 @@ class MatMulNBits(library.kernel("MatMulNBits", 1, BACKEND, _MS)):
             zero_points is not None or not info.has_input(3))
         size = self.k * self.n * 4
         if constant and _dequantized_bytes + size <= DEQUANTIZED_WEIGHTS_BUDGET:
-            # (N, K) as dequantized; the product reads its transpose in place (BLAS's transB).
-            self._weights = np.ascontiguousarray(self.weights(b, scales, zero_points))
+            # (N, K) as dequantized (4-bit in one compiled pass where it can); the product
+            # reads its transpose in place (BLAS's transB).
+            w = native.dequantize4(b, scales, zero_points, self.k, self.block) if self.bits == 4 else None
+            self._weights = np.ascontiguousarray(self.weights(b, scales, zero_points) if w is None else w)
             _dequantized_bytes += size
             weakref.finalize(self, _release, size)
 
