@@ -17,6 +17,9 @@ static PyMethodDef methods[] = {
     {"tree_leaves", py_tree_leaves, METH_VARARGS,
      "tree_leaves(x, roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf, "
      "missing_true, out, n, features, leaves): the leaf each (sample, tree) reaches."},
+    {"accumulators_to_float", py_accumulators_to_float, METH_VARARGS,
+     "accumulators_to_float(acc, scale, bias, y, rows, n): y = float32(acc) * scale + bias, "
+     "in one pass."},
     {"dequantize4", py_dequantize4, METH_VARARGS,
      "dequantize4(b, scales, zero_points, w, n, blocks, block, k): MatMulNBits' 4-bit weights "
      "as float32 (N, K)."},

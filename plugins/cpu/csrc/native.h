@@ -152,6 +152,7 @@ PyObject *py_logistic_tanh(PyObject *self, PyObject *args);
 PyObject *py_recurrent(PyObject *self, PyObject *args);
 PyObject *py_quantize8(PyObject *self, PyObject *args);
 PyObject *py_dequantize4(PyObject *self, PyObject *args);
+PyObject *py_accumulators_to_float(PyObject *self, PyObject *args);
 PyObject *py_tree_leaves(PyObject *self, PyObject *args);
 PyObject *py_elementwise_group(PyObject *self, PyObject *args);
 

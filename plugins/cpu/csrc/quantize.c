@@ -169,3 +169,76 @@ py_dequantize4(PyObject *self, PyObject *args)
     release_all(v, VIEWS);
     Py_RETURN_NONE;
 }
+
+/* The integer products' dequantization (MatMulIntegerToFloat, DynamicQuantizeMatMul):
+ * y = float32(acc) * scale + bias, the scale one value or one per column, the bias one per
+ * column or none — numpy's three passes (convert, multiply, add: three temporaries of
+ * the product's size) in one, the same float32 operations in the same order. */
+typedef struct {
+    const int32_t *acc;
+    const float *scale, *bias;
+    float *y;
+    idx n, scale_per_column;
+} AccCall;
+
+MULTIVERSION static void
+acc_rows(void *ctx, idx begin, idx end)
+{
+    const AccCall *c = (const AccCall *)ctx;
+    for (idx r = begin; r < end; r++) {
+        const int32_t *a = c->acc + r * c->n;
+        float *y = c->y + r * c->n;
+        if (c->scale_per_column) {
+            for (idx j = 0; j < c->n; j++) {
+                y[j] = (float)a[j] * c->scale[j];
+            }
+        } else {
+            const float s = c->scale[0];
+            for (idx j = 0; j < c->n; j++) {
+                y[j] = (float)a[j] * s;
+            }
+        }
+        if (c->bias) {
+            for (idx j = 0; j < c->n; j++) {
+                y[j] = y[j] + c->bias[j];
+            }
+        }
+    }
+}
+
+/* accumulators_to_float(acc, scale, bias or None, y, rows, n) */
+PyObject *
+py_accumulators_to_float(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ao, *so, *bo, *yo;
+    Py_ssize_t rows, n;
+    if (!PyArg_ParseTuple(args, "OOOOnn", &ao, &so, &bo, &yo, &rows, &n)) {
+        return NULL;
+    }
+    if (rows < 0 || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "accumulators_to_float: bad dimensions");
+        return NULL;
+    }
+    enum { A, S, B, Y, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_bytes(ao, &v[A], 0, rows * n, 4, "acc") < 0 || get_f32(so, &v[S], 0, 1, "scale") < 0 ||
+        get_optional_f32(bo, &v[B], n, "bias") < 0 || get_f32(yo, &v[Y], 1, rows * n, "y") < 0) {
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    const idx scales = v[S].len / 4;
+    if (scales != 1 && scales != n) {
+        release_all(v, VIEWS);
+        PyErr_SetString(PyExc_ValueError, "accumulators_to_float: one scale, or one per column");
+        return NULL;
+    }
+    AccCall call = {(const int32_t *)v[A].buf, (const float *)v[S].buf, (const float *)v[B].buf,
+                    (float *)v[Y].buf, n, scales == n && n > 1};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(acc_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
+    Py_END_ALLOW_THREADS
+    release_all(v, VIEWS);
+    Py_RETURN_NONE;
+}

@@ -46,6 +46,7 @@ __all__ = [
     "quantize8",
     "dequantize8",
     "dequantize4",
+    "accumulators_to_float",
     "tree_leaves",
     "elementwise_group",
     "PackedInt8",
@@ -274,6 +275,26 @@ def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:
     _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
                         forest.weight.shape[0])
     return out
+
+
+def accumulators_to_float(acc: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray | None:
+    """``float32(acc) * scale + bias`` for int32 ``acc`` (..., N), a float32 ``scale`` of
+    one value or N, a float32 ``bias`` of N or None, in one pass (numpy's three, each with
+    a temporary of the product's size); ``None`` when the call does not qualify."""
+    if not ENABLED or not hasattr(_native, "accumulators_to_float") or acc.dtype != np.int32 or acc.ndim < 1:
+        return None
+    n = acc.shape[-1]
+    if n < 1 or scale.dtype != _F32 or scale.size not in (1, n) or (scale.size == n and scale.shape[-1:] != (n,)):
+        return None
+    if scale.size == n and scale.ndim > 1 and any(d != 1 for d in scale.shape[:-1]):
+        return None
+    if bias is not None and (bias.dtype != _F32 or bias.shape != (n,)):
+        return None
+    y = np.empty(acc.shape, _F32)
+    rows = acc.size // n
+    _native.accumulators_to_float(np.ascontiguousarray(acc), np.ascontiguousarray(scale).reshape(-1),
+                                  None if bias is None else np.ascontiguousarray(bias), y, rows, n)
+    return y
 
 
 def dequantize4(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, k: int, block: int) -> np.ndarray | None:

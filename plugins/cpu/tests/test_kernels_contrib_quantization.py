@@ -128,3 +128,21 @@ def test_compiled_4bit_dequantization_is_the_librarys(n, k, block, zero_points):
     kernel = kdef.factory(KernelInfo.from_node(node, 1, since_version=1))
     compiled = native.dequantize4(b, scales, zps, k, block)
     np.testing.assert_array_equal(compiled, kernel.weights(b, scales, zps))  # same float32 steps
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+@pytest.mark.parametrize(("shape", "per_column", "with_bias"), [
+    ((128, 768), True, True), ((2, 7, 33), True, False), ((5, 1), False, True), ((3, 17), False, False),
+])  # fmt: skip
+def test_accumulators_to_float_is_numpys(shape, per_column, with_bias):
+    rng = np.random.default_rng(len(shape))
+    acc = rng.integers(-(2**31), 2**31 - 1, shape, dtype=np.int64).astype(np.int32)
+    acc.reshape(-1)[:3] = [2**31 - 1, -(2**31), 16777217]  # beyond float32's exact integers
+    scale = (rng.random(shape[-1] if per_column else 1) * 1e-3).astype(np.float32)
+    bias = rng.standard_normal(shape[-1]).astype(np.float32) if with_bias else None
+    y = native.accumulators_to_float(acc, scale, bias)
+    want = acc.astype(np.float32) * scale
+    if bias is not None:
+        want = want + bias
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, want)  # the same float32 operations in the same order

@@ -57,7 +57,8 @@ _BYTES = (np.int8, np.uint8)
 
 class _Int8Product:
     """The library's ``product`` through the int8 kernel when B (input 1) and its zero point
-    (input ``b_zp_index``) are constants; mixed into the library's kernels below."""
+    (input ``b_zp_index``) are constants, and its ``to_float`` in one compiled pass; mixed
+    into the library's kernels below."""
 
     b_zp_index = 3
 
@@ -67,6 +68,10 @@ class _Int8Product:
         self._packed = None
         if isinstance(b, np.ndarray) and (zb is not None or not info.has_input(self.b_zp_index)):
             self._packed = pack_integer_b(b, zb)
+
+    def to_float(self, acc: Any, scale: Any, bias: Any) -> Any:
+        y = native.accumulators_to_float(acc, scale, bias) if acc.size else None
+        return super().to_float(acc, scale, bias) if y is None else y  # type: ignore[misc]
 
     def product(self, a: Any, a_zp: Any, b: Any, b_zp: Any) -> Any:
         if self._packed is not None and b.ndim == 2 and (a_zp is None or np.size(a_zp) == 1):
