@@ -15,10 +15,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, other_input
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
-__all__ = ["fold_batch_norm_into_conv", "fuse_conv_activation", "ACTIVATIONS"]
+__all__ = ["fold_batch_norm_into_conv", "fuse_conv_activation", "fuse_gemm_activation", "ACTIVATIONS"]
 
 
 def _attr(node: onnx.NodeProto, name: str, default: float) -> float:
@@ -121,6 +121,22 @@ ACTIVATIONS: dict[str, tuple[tuple[str, float], ...]] = {
 }
 
 
+def _fusable_activation(rw: Rewrite, node: onnx.NodeProto | None) -> list[float] | None:
+    """The parameters of ``node`` when it is an activation a fused node can apply (a
+    default-domain :data:`ACTIVATIONS` operator with constant parameters), else None."""
+    if node is None or node.op_type not in ACTIVATIONS or node.domain not in DEFAULT_DOMAINS:
+        return None
+    return _activation_params(rw, node)
+
+
+def _activation_attributes(name: str, params: list[float]) -> list[onnx.AttributeProto]:
+    """FusedConv's/FusedGemm's ``activation`` (and ``activation_params``) attributes."""
+    attrs = [helper.make_attribute("activation", name)]
+    if params:
+        attrs.append(helper.make_attribute("activation_params", params))
+    return attrs
+
+
 def _activation_params(rw: Rewrite, act: onnx.NodeProto) -> list[float] | None:
     """The activation's parameters as floats, or ``None`` when they are not constants."""
     if act.op_type != "Clip":
@@ -153,18 +169,13 @@ def fuse_gemm_activation(model: onnx.ModelProto, ctx: PassContext) -> onnx.Model
             continue
         dtype = rw.dtype(gemm.output[0])
         act = rw.sole_consumer(gemm.output[0])
-        if (dtype is None or dtype.kind != "f" or act is None or act.op_type not in ACTIVATIONS
-                or act.domain not in DEFAULT_DOMAINS or not rw.claimable([gemm, act])):
-            continue
-        params = _activation_params(rw, act)
-        if params is None:
+        params = _fusable_activation(rw, act)
+        if dtype is None or dtype.kind != "f" or act is None or params is None or not rw.claimable([gemm, act]):
             continue
         fused = helper.make_node("FusedGemm", list(gemm.input), [act.output[0]], name=gemm.name,
                                  domain=FUSED_DOMAIN)
         fused.attribute.extend(gemm.attribute)
-        fused.attribute.append(helper.make_attribute("activation", act.op_type))
-        if params:
-            fused.attribute.append(helper.make_attribute("activation_params", params))
+        fused.attribute.extend(_activation_attributes(act.op_type, params))
         rw.replace([gemm, act], [fused])
     if rw.changed:
         rw.require_domain(FUSED_DOMAIN, FUSED_DOMAIN_VERSION)
@@ -192,7 +203,7 @@ def fuse_conv_activation(model: onnx.ModelProto, ctx: PassContext) -> onnx.Model
         residual = ""
         nxt = rw.sole_consumer(out)
         if nxt is not None and nxt.op_type == "Add" and nxt.domain in ("", "ai.onnx"):
-            other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
+            other = other_input(nxt, out)
             shape = rw.shape(out)
             if shape is not None and None not in shape and rw.shape(other) == shape and rw.dtype(other) == dtype:
                 residual = other
@@ -200,21 +211,18 @@ def fuse_conv_activation(model: onnx.ModelProto, ctx: PassContext) -> onnx.Model
                 out = nxt.output[0]
                 nxt = rw.sole_consumer(out)
         activation, params = "", []
-        if nxt is not None and nxt.op_type in ACTIVATIONS and nxt.domain in ("", "ai.onnx"):
-            found = _activation_params(rw, nxt)
-            if found is not None:
-                activation, params = nxt.op_type, found
-                pattern.append(nxt)
-                out = nxt.output[0]
+        found = _fusable_activation(rw, nxt)
+        if nxt is not None and found is not None:
+            activation, params = nxt.op_type, found
+            pattern.append(nxt)
+            out = nxt.output[0]
         if len(pattern) == 1 or not rw.claimable(pattern):
             continue
         inputs = [conv.input[0], conv.input[1], conv.input[2] if len(conv.input) > 2 else ""]
         if residual:
             inputs.append(residual)
         fused = helper.make_node("FusedConv", inputs, [out], name=conv.name, domain=FUSED_DOMAIN)
-        fused.attribute.append(helper.make_attribute("activation", activation))
-        if params:
-            fused.attribute.append(helper.make_attribute("activation_params", params))
+        fused.attribute.extend(_activation_attributes(activation, params))
         fused.attribute.extend(conv.attribute)
         rw.replace(pattern, [fused])
     if rw.changed:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, other_input
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fuse_matmul"]
@@ -71,7 +71,7 @@ def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
         alpha = 1.0
         nxt = rw.sole_consumer(out)
         if nxt is not None and nxt.op_type in ("Mul", "Div") and nxt.domain in DEFAULT_DOMAINS:
-            other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
+            other = other_input(nxt, out)
             value = rw.scalar(other)
             if value is not None and (nxt.op_type == "Mul" or (other == nxt.input[1] and value != 0)):
                 alpha = value if nxt.op_type == "Mul" else 1.0 / value
@@ -80,7 +80,7 @@ def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
                 nxt = rw.sole_consumer(out)
         bias = ""
         if nxt is not None and nxt.op_type == "Add" and nxt.domain in DEFAULT_DOMAINS:
-            other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
+            other = other_input(nxt, out)
             if _is_bias(rw, other, _rank(rw, out)) and rw.dtype(other) == dtype:
                 bias = other
                 pattern.append(nxt)

@@ -27,18 +27,13 @@ from typing import TypeGuard
 import onnx
 from onnx import helper
 
-from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, other_input
 from .support import PassContext
 
 __all__ = ["fuse_integer_matmul"]
 
 _MS = "com.microsoft"
 _FLOAT = onnx.TensorProto.FLOAT
-
-
-def _other(node: onnx.NodeProto, name: str) -> str:
-    """The input of a two-input ``node`` that is not ``name``."""
-    return node.input[1] if node.input[0] == name else node.input[0]
 
 
 def _default(node: onnx.NodeProto | None, op_type: str) -> TypeGuard[onnx.NodeProto]:
@@ -66,7 +61,7 @@ def fuse_integer_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelP
         mul = rw.sole_consumer(cast.output[0])
         if not _default(mul, "Mul"):
             continue
-        scales = rw.produced_by(_other(mul, cast.output[0]), "Mul")
+        scales = rw.produced_by(other_input(mul, cast.output[0]), "Mul")
         dql = rw.produced_by(a_q, "DynamicQuantizeLinear")
         if scales is None or dql is None or not rw.feeds_only(scales.output[0], mul):
             continue
@@ -74,16 +69,16 @@ def fuse_integer_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelP
         a_scale = dql.output[1]
         if a_scale not in scales.input or (a_zp and a_zp != dql.output[2]):
             continue
-        b_scale = _other(scales, a_scale)
+        b_scale = other_input(scales, a_scale)
         if not rw.is_constant(b_scale) or (b_zp and not rw.is_constant(b_zp)):
             continue
         pattern = [mm, cast, mul, scales]
         out, bias = mul.output[0], ""
         add = rw.sole_consumer(out)
         if _default(add, "Add"):
-            value = rw.array(_other(add, out))
+            value = rw.array(other_input(add, out))
             if value is not None and value.ndim == 1 and value.dtype.kind == "f":
-                bias, out = _other(add, out), add.output[0]
+                bias, out = other_input(add, out), add.output[0]
                 pattern.append(add)
         quantized = dql.output
         alone = (dynamic_ok and rw.feeds_only(quantized[0], mm) and rw.feeds_only(quantized[1], scales)

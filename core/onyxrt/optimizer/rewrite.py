@@ -20,7 +20,7 @@ from ..dtypes import np_dtype, onnx_elem_type
 from ..graph import node_subgraphs, tensor_array
 from ..loader import opset_versions
 
-__all__ = ["Rewrite", "subgraph_reads", "remove_initializers", "has_op", "DEFAULT_DOMAINS"]
+__all__ = ["Rewrite", "subgraph_reads", "remove_initializers", "has_op", "other_input", "DEFAULT_DOMAINS"]
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -51,6 +51,12 @@ def has_op(graph: onnx.GraphProto, *op_types: str, domains: Sequence[str] = DEFA
     :class:`Rewrite` (~0.7 ms for a 150-node model): most models have nothing for most
     passes."""
     return any(n.op_type in op_types and n.domain in domains for n in graph.node)
+
+
+def other_input(node: onnx.NodeProto, name: str) -> str:
+    """The input of a two-input ``node`` that is not ``name`` (a binary operator's other
+    operand, whichever side ``name`` is on)."""
+    return node.input[1] if node.input[0] == name else node.input[0]
 
 
 def remove_initializers(graph: onnx.GraphProto, names: set[str]) -> None:

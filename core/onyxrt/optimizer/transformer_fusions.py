@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import onnx
 from onnx import helper
 
-from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, other_input
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["fuse_layer_norm", "fuse_gelu"]
@@ -28,11 +28,6 @@ __all__ = ["fuse_layer_norm", "fuse_gelu"]
 
 def _close(value: float | None, target: float) -> bool:
     return value is not None and math.isclose(value, target, rel_tol=1e-6, abs_tol=1e-7)
-
-
-def _other(node: onnx.NodeProto, name: str) -> str:
-    """The input of a two-input node that is not ``name``."""
-    return node.input[1] if node.input[0] == name else node.input[0]
 
 
 def _next(rw: Rewrite, name: str, op_type: str) -> onnx.NodeProto | None:
@@ -100,7 +95,7 @@ def fuse_layer_norm(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto
         if var is None or not _reduces_last_axis(rw, var, len(shape)):
             continue
         add_eps = _next(rw, var.output[0], "Add")
-        eps = None if add_eps is None else rw.scalar(_other(add_eps, var.output[0]))
+        eps = None if add_eps is None else rw.scalar(other_input(add_eps, var.output[0]))
         sqrt = None if add_eps is None else _next(rw, add_eps.output[0], "Sqrt")
         if eps is None or sqrt is None or _next(rw, sqrt.output[0], "Div") is not div:
             continue
@@ -109,7 +104,7 @@ def fuse_layer_norm(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto
         inputs = [x]
         for op_type in ("Mul", "Add"):
             node = _next(rw, out, op_type)
-            param = "" if node is None else _other(node, out)
+            param = "" if node is None else other_input(node, out)
             if node is None or rw.shape(param) != (shape[-1],):
                 break
             pattern.append(node)
@@ -163,13 +158,13 @@ def _half_times(rw: Rewrite, prod: onnx.NodeProto, x: str) -> tuple[list[onnx.No
     ``0.5 * x * (...)``."""
     if x in prod.input:  # prod = x * (1 + f): the half comes next
         half = _next(rw, prod.output[0], "Mul")
-        if half is None or not _close(rw.scalar(_other(half, prod.output[0])), 0.5):
+        if half is None or not _close(rw.scalar(other_input(half, prod.output[0])), 0.5):
             return None
         return [prod, half], half.output[0]
     for name in prod.input:  # prod = (0.5 * x) * (1 + f)
         pre = rw.produced_by(name, "Mul")
         if (
-            pre is not None and x in pre.input and _close(rw.scalar(_other(pre, x)), 0.5)
+            pre is not None and x in pre.input and _close(rw.scalar(other_input(pre, x)), 0.5)
             and rw.feeds_only(name, prod)
         ):
             return [pre, prod], prod.output[0]
@@ -188,12 +183,12 @@ def _match_erf_gelu(
             return None
         x = pre.input[0]
     else:
-        found = [c for c in pre.input if _close(rw.scalar(_other(pre, c)), 1.0 / math.sqrt(2.0))]
+        found = [c for c in pre.input if _close(rw.scalar(other_input(pre, c)), 1.0 / math.sqrt(2.0))]
         if not found:
             return None
         x = found[0]
     add = _next(rw, erf.output[0], "Add")
-    if add is None or not _close(rw.scalar(_other(add, erf.output[0])), 1.0):
+    if add is None or not _close(rw.scalar(other_input(add, erf.output[0])), 1.0):
         return None
     prod = _next(rw, add.output[0], "Mul")
     if prod is None:
@@ -212,7 +207,7 @@ def _match_tanh_gelu(
     if mul_sqrt is None or not rw.feeds_only(tanh.input[0], tanh):
         return None
     inner = next(
-        (i for i in mul_sqrt.input if _close(rw.scalar(_other(mul_sqrt, i)), math.sqrt(2.0 / math.pi))),
+        (i for i in mul_sqrt.input if _close(rw.scalar(other_input(mul_sqrt, i)), math.sqrt(2.0 / math.pi))),
         None,
     )
     if inner is None or not rw.feeds_only(inner, mul_sqrt):
@@ -229,10 +224,10 @@ def _match_tanh_gelu(
             if (
                 pow_ is not None and pow_.input[0] == x and rw.feeds_only(cube, mul_coef)
                 and _close(rw.scalar(pow_.input[1]), 3.0)
-                and _close(rw.scalar(_other(mul_coef, cube)), 0.044715)
+                and _close(rw.scalar(other_input(mul_coef, cube)), 0.044715)
             ):
                 add_one = _next(rw, tanh.output[0], "Add")
-                if add_one is None or not _close(rw.scalar(_other(add_one, tanh.output[0])), 1.0):
+                if add_one is None or not _close(rw.scalar(other_input(add_one, tanh.output[0])), 1.0):
                     return None
                 prod = _next(rw, add_one.output[0], "Mul")
                 tail = None if prod is None else _half_times(rw, prod, x)
