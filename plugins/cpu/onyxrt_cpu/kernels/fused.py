@@ -155,7 +155,9 @@ class FusedGemm(Gemm):
     def compute(self, a, b, c=None):
         (y,) = super().compute(a, b, c)
         if self.act is not None:
-            if not y.flags.writeable or not y.flags.owndata:
+            # Gemm's output is this call's own buffer (a view of one, from the compiled
+            # GEMM's reshape): activated in place; a read-only one would be copied first.
+            if not y.flags.writeable:
                 y = y.copy()
             self.act(np, y)
         return (y,)

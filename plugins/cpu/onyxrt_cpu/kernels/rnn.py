@@ -83,7 +83,7 @@ class _CompiledRecurrence:
             if seq and (lens == seq).all():
                 lens = None
 
-        bias, rbh = self._biases(B, dirs, gh)
+        bias, rbh = self._biases(R, B, dirs, gh)
         xw = np.empty((dirs, seq, batch, gh), _F32)
         rows = x.reshape(seq * batch, inputs)
         for d in range(dirs):
@@ -112,18 +112,21 @@ class _CompiledRecurrence:
         return tuple(outs)
 
     def _biases(
-        self, B: np.ndarray | None, dirs: int, gh: int
+        self, R: np.ndarray, B: np.ndarray | None, dirs: int, gh: int
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(the biases folded into the input projection [dirs, G], GRU's recurrence bias
-        of the candidate when it stays inside the reset gate's product [dirs, hidden])."""
+        of the candidate when it stays inside the reset gate's product [dirs, hidden]).
+        Which recurrence biases fold is the library's rule (its ``_prepare``), as is where
+        GRU keeps the candidate's: the third of its step parameters."""
         if B is None:
             return None, None
-        wb, rb = B[:, :gh], B[:, gh:]
-        if getattr(self, "linear_before_reset", 0):
-            hs = self.hidden  # type: ignore[attr-defined]
-            folded = np.concatenate([rb[:, : 2 * hs], np.zeros((dirs, hs), _F32)], axis=1)
-            return wb + folded, np.ascontiguousarray(rb[:, 2 * hs :])
-        return wb + rb, None
+        folded, inside = [], []
+        for d in range(dirs):
+            rb, params = self._prepare(d, R[d], B[d, gh:], None)  # type: ignore[attr-defined]
+            folded.append(B[d, :gh] + rb)
+            inside.append(params[2] if self.cell == native.CELL_GRU else None)
+        rbh = None if inside[0] is None else np.ascontiguousarray(np.stack(inside), dtype=_F32)
+        return np.stack(folded), rbh
 
     @staticmethod
     def _initial_state(value: np.ndarray | None, dirs: int, batch: int, hs: int, layout: int) -> np.ndarray:
