@@ -19,14 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reporting import format_table, positive  # noqa: E402
 from run import (  # noqa: E402
     BUILDERS,
     RUNTIMES,
     add_models_argument,
     create_session,
-    format_table,
     machine_description,
-    positive,
 )
 
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import pickle
 import statistics
@@ -63,6 +62,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from reporting import format_table, geomean, positive  # noqa: E402
+
 FAMILIES = ("exports", "quantized", "recurrent", "tiny")
 EXPORTS = ("resnet50", "mobilenet_v2", "bert", "gpt2", "vit")
 RUNTIMES = ("ort", "onyxrt")  # the order of each repeat
@@ -258,17 +260,13 @@ def bench_model(name: str, path: Path, runs: int, repeats: int, scratch: Path) -
     return row
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     done = [r for r in rows if "ratio" in r]
     out = {}
     for key in ("ratio", "first_run_ratio", "creation_ratio"):
         values = [r[key] for r in done]
         if values:
-            out[f"geomean_{key}"] = _geomean(values)
+            out[f"geomean_{key}"] = geomean(values)
             out[f"max_{key}"] = max(values)
     return out
 
@@ -321,13 +319,6 @@ def model_list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
-
-
 #: onyxrt's packages, byte-compiled before measuring (see :func:`byte_compile_onyxrt`).
 ONYXRT_PACKAGES = ("onyxrt", "onyxrt_cpu", "onyxrt_ops", "onyxrt_gpu", "onyxrt_cuda", "onyxrt_rocm", "onyxrt_simnpu")
 
@@ -365,9 +356,6 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
     sys.path.insert(0, str(HERE))
-    # run.py's table formatting; imported here, in the parent only: run.py imports both
-    # runtimes, which a child must not have loaded before it times its own import.
-    from run import format_table  # noqa: PLC0415
     byte_compile_onyxrt()
     exports = args.exports or default_exports()
     print(f"each runtime alone in a fresh process, alternating, {args.repeats} repeats; "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -23,7 +22,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from run import BUILDERS, add_models_argument, create_session, make_feeds, positive  # noqa: E402
+from reporting import geomean, positive  # noqa: E402
+from run import BUILDERS, add_models_argument, create_session, make_feeds  # noqa: E402
 
 WARMUP_RUNS = 3
 
@@ -74,8 +74,7 @@ def main() -> None:
         theirs = measure("ort", name, args.batch, args.runs)
         ratios.append(ours / theirs)
         print(f"| {name} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |", flush=True)
-    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
-    print(f"\ngeometric mean ratio onyxrt/onnxruntime: {geomean:.2f}; max {max(ratios):.2f}")
+    print(f"\ngeometric mean ratio onyxrt/onnxruntime: {geomean(ratios):.2f}; max {max(ratios):.2f}")
 
 
 if __name__ == "__main__":

@@ -34,13 +34,12 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reporting import format_table, positive  # noqa: E402
 from run import (  # noqa: E402
     BUILDERS,
     add_models_argument,
-    format_table,
     machine_description,
     make_feeds,
-    positive,
     time_interleaved,
 )
 

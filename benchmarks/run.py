@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
 import platform
 import resource
@@ -48,6 +47,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+from reporting import format_table, geomean, positive
 
 import onyxrt
 from onyxrt.testing import models
@@ -364,23 +364,11 @@ def _headers(reference: bool, memory: bool) -> list[str]:
     return headers
 
 
-def format_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
-    """A Markdown table, or plain text with the first column left-aligned."""
-    if markdown:
-        lines = [headers, ["---"] * len(headers), *rows]
-        return "\n".join("| " + " | ".join(line) + " |" for line in lines)
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-        for r in [headers, *rows]
-    )
-
-
 def summarize(rows: list[Row]) -> dict[str, Any]:
     """Geometric mean and max of the latency ratios."""
     worst = max(rows, key=lambda r: r.ratio)
     return {
-        "geomean_ratio": math.exp(statistics.fmean(math.log(r.ratio) for r in rows)),
+        "geomean_ratio": geomean(r.ratio for r in rows),
         "max_ratio": worst.ratio,
         "max_ratio_model": worst.model,
     }
@@ -430,14 +418,6 @@ def format_profile(prof: dict[str, Any], markdown: bool) -> str:
 
 
 # --------------------------------------------------------------------------- main
-
-
-def positive(text: str) -> int:
-    """Parse a count that must be at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
 
 
 def model_list(text: str) -> list[str]:
