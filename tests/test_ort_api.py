@@ -117,8 +117,12 @@ def test_global_thread_pool_sizes_apply_to_sessions_without_their_own(monkeypatc
     so = ort.SessionOptions()
     so.use_per_session_threads = False
     ort.InferenceSession(_relu_neg().SerializeToString(), so).run(None, {"x": np.ones(2, np.float32)})
-    ort.InferenceSession(_relu_neg().SerializeToString()).run(None, {"x": np.ones(2, np.float32)})
-    assert asked == [1, 0]  # the shared size, then a per-session session's own default
+    own = ort.InferenceSession(_relu_neg().SerializeToString())
+    own.run(None, {"x": np.ones(2, np.float32)})
+    # the shared size limits the first session's runs; the per-session one keeps its own
+    # default (0: no limit, so its runs do not enter a limit at all)
+    assert asked == [1]
+    assert own._intra_op_threads == 0
     with pytest.raises(InvalidArgument):
         ort.set_global_thread_pool_sizes(-1, 0)
 

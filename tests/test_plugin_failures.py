@@ -319,3 +319,18 @@ def test_every_fault_surfaces_as_an_onyx_error(faulty, model):
             sess.run(None, {"x": _x()})
         except OnyxError:
             pass
+
+
+def test_only_providers_with_their_own_run_hooks_are_called_per_run():
+    """The protocol's on_run_start/on_run_end do nothing: a run skips providers that keep
+    them, and calls those that define them (on the class or the instance)."""
+    from faulty_provider import SerialExecutionProvider
+
+    from onyxrt.plan import _has_run_hooks
+    from onyxrt_cpu.provider import CPUExecutionProvider
+
+    cpu = CPUExecutionProvider()
+    assert not _has_run_hooks(cpu)
+    assert _has_run_hooks(SerialExecutionProvider())
+    cpu.on_run_end = lambda run_options: None
+    assert _has_run_hooks(cpu)

@@ -32,9 +32,20 @@ class InputCheck:
     shape: tuple[int | str | None, ...] | None
     kind: str
 
+    def __post_init__(self) -> None:
+        #: the one shape a feed can have when every dimension is fixed (else None)
+        self.fixed = tuple(self.shape) if self.shape is not None and all(isinstance(d, int) for d in self.shape) else None
+        #: whether a numpy array of exactly ``dtype`` is taken as it is (not text, which
+        #: is normalised to ``str`` objects)
+        self.plain = self.kind == "tensor" and self.dtype is not None and self.dtype.kind != "O"
+
 
 def check_feed(check: InputCheck, value: Any) -> Any:
     """``value`` as the array (or container) the input takes, or an InvalidInput."""
+    if type(value) is np.ndarray and check.plain and value.dtype == check.dtype and (
+        value.shape == check.fixed or check.fixed is None and check.shape is None
+    ):  # the usual feed: nothing to convert, nothing further to check
+        return value
     if isinstance(value, OrtValue):
         # A sparse input (com.microsoft's sparse operators take them) stays sparse.
         value = value.as_sparse_tensor() if check.kind == "sparse_tensor" and value.is_sparse_tensor() else value.numpy()

@@ -33,11 +33,10 @@ step in a copy of the caller's context, so pool threads see the same limits and 
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -164,22 +163,39 @@ def install_memory_guard(guard: MemoryGuard | None) -> None:
     _guard = guard
 
 
-@contextlib.contextmanager
-def run_limits(limits: RunLimits, guard_memory: bool = False) -> Iterator[RunLimits]:
+class run_limits:  # noqa: N801 - used as a function: ``with run_limits(limits):``
     """Make ``limits`` the current ones in this context (a run, or session creation);
-    with ``guard_memory`` (a run), enforce the memory limits through the installed guard."""
-    token = _current.set(limits)
-    guard = _guard if guard_memory else None
-    started = guard.start(limits.max_tensor_bytes, limits.max_run_bytes) if guard is not None else None
-    guard_token = _guard_token.set(started) if started is not None else None
-    try:
-        yield limits
-    finally:
-        if started is not None:
-            assert guard is not None and guard_token is not None
-            _guard_token.reset(guard_token)
-            guard.stop(started)
-        _current.reset(token)
+    with ``guard_memory`` (a run), enforce the memory limits through the installed guard.
+
+    A class rather than a generator context manager: it is entered once per run, and a
+    tiny model's whole run takes a few microseconds.
+    """
+
+    __slots__ = ("_limits", "_guard", "_started", "_token", "_guard_token")
+
+    def __init__(self, limits: RunLimits, guard_memory: bool = False) -> None:
+        self._limits = limits
+        self._guard = _guard if guard_memory else None
+
+    def __enter__(self) -> RunLimits:
+        limits = self._limits
+        guard = self._guard
+        self._started = started = (
+            guard.start(limits.max_tensor_bytes, limits.max_run_bytes) if guard is not None else None
+        )
+        self._guard_token = _guard_token.set(started) if started is not None else None
+        self._token = _current.set(limits)
+        return limits
+
+    def __exit__(self, *exc_info: object) -> None:
+        started = self._started
+        try:
+            if started is not None:
+                assert self._guard is not None and self._guard_token is not None
+                _guard_token.reset(self._guard_token)
+                self._guard.stop(started)
+        finally:
+            _current.reset(self._token)
 
 
 def memory_error(what: str, exc: MemoryError) -> OutOfMemory:

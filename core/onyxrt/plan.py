@@ -30,6 +30,7 @@ from .errors import (
     ProviderError,
     RunTerminated,
 )
+from .float_errors import ignore_float_errors, restore_float_errors
 from .graph import Graph, Node
 from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
 from .limits import current_limits, memory_error
@@ -88,6 +89,8 @@ class ExecutionPlan:
         self.copies: list[CopyRecord] = []
         self.placement: PlacementReport | None = None
         self.used_providers: list[ExecutionProvider] = []
+        #: the used providers that define on_run_start/on_run_end (the rest are skipped)
+        self.hooked_providers: list[ExecutionProvider] = []
         self.space_owner: dict[str, int] = {}
         self.protected: set[int] = set()  # slots holding initializers or feeds
         self.initializer_slots: set[int] = set()  # slots holding constant initializers
@@ -95,6 +98,8 @@ class ExecutionPlan:
         #: inputs whose host slot a non-copy step reads (a device feed must come to the host)
         self.host_read_inputs: set[str] = set()
         self.step_graph: StepGraph = StepGraph.of([])
+        #: graph output name → (slot, owner, whether the owner is the host): run's view
+        self._outputs: dict[str, tuple[int, int, bool]] = {}
         self._compiled: list[tuple[Callable[..., Sequence[Any]], Callable[[list[Any]], Any], bool, tuple[int, ...], tuple[int, ...]]] = []
 
     # -- running ---------------------------------------------------------------------
@@ -127,12 +132,13 @@ class ExecutionPlan:
                 vals[input_slots[name]] = _Resident(value, holder)
         started: list[ExecutionProvider] = []
         try:
-            for p in self.used_providers:
+            for p in self.hooked_providers:
                 _run_hook(p, "on_run_start", run_options)
                 started.append(p)
             # Floating-point overflow and invalid values are results (inf, nan), as in
             # onnxruntime, not warnings; one context per run keeps kernels free of it.
-            with np.errstate(all="ignore"):
+            quiet = ignore_float_errors()
+            try:
                 if pool is not None and profile is None:
                     run_parallel(
                         self.step_graph, vals,
@@ -144,6 +150,8 @@ class ExecutionPlan:
                     self._execute(vals, run_options)
                 else:
                     self._execute_profiled(vals, run_options, profile)
+            finally:
+                restore_float_errors(quiet)
         except BaseException:
             _end_run(started, run_options, failed=True)
             raise
@@ -152,27 +160,33 @@ class ExecutionPlan:
         # A kernel may hand back an input itself (Identity, a no-op Reshape or Cast): the
         # caller's feed must never come back as an output, nor one array as two outputs
         # (writing to one would change the other), as onnxruntime returns copies.
-        fed = {id(v) for v in feeds.values()}
+        fed: set[int] | None = None
+        protected = self.protected
         for name in output_names:
-            slot, owner = self.output_slots[name]
+            slot, owner, on_host = self._outputs[name]
             value = vals[slot]
             provider = self.providers[owner]
             if type(value) is _Resident:  # an input passed straight through to an output
                 value, provider = value.value, value.owner
-            if not provider.device.is_host and not (keep_on_device and keep_on_device.get(name)):
+                on_host = provider.device.is_host
+            if not on_host and not (keep_on_device and keep_on_device.get(name)):
                 value = _output_to_host(name, value, provider)
             elif isinstance(value, np.generic):
                 # A kernel that indexed down to one element (Gather of a scalar index)
                 # holds a numpy scalar; callers get an ndarray, as from onnxruntime.
                 value = np.asarray(value)
             elif isinstance(value, np.ndarray):
-                if slot in self.protected or not value.flags.writeable:
+                flags = value.flags
+                if slot in protected or not flags.writeable:
                     # Never hand out an initializer, a feed or a kernel's cached constant
                     # itself: the caller may mutate what it gets.
                     value = value.copy()
-                elif not value.flags.owndata or id(value) in fed:
-                    value = self._unalias(value, vals)
-                if any(value is r for r in results):
+                else:
+                    if fed is None:
+                        fed = {id(v) for v in feeds.values()}
+                    if not flags.owndata or id(value) in fed:
+                        value = self._unalias(value, vals)
+                if results and any(value is r for r in results):
                     value = value.copy()
             results.append(value)
         return results
@@ -199,6 +213,11 @@ class ExecutionPlan:
                 get = operator.itemgetter(*s.ins)
             compiled.append((s.fn, get, len(s.ins) == 1, s.outs, s.release))
         self._compiled = compiled
+        self._outputs = {
+            name: (slot, owner, self.providers[owner].device.is_host)
+            for name, (slot, owner) in self.output_slots.items()
+        }
+        self.hooked_providers = [p for p in self.used_providers if _has_run_hooks(p)]
         self.step_graph = StepGraph.of(self.steps)
         host_slots = {slot: name for name, slot in self.input_slots.items()}
         self.host_read_inputs = {
@@ -333,6 +352,16 @@ def _too_few(step: Step, results: Any, provider: str) -> ProviderError:
         "with one value per output, in order. This is a bug in the provider's package: "
         "report it there, or leave the provider out of the session's providers list",
         provider,
+    )
+
+
+def _has_run_hooks(provider: ExecutionProvider) -> bool:
+    """Whether ``provider`` defines its own ``on_run_start`` or ``on_run_end`` (on its class
+    or the instance): the protocol's defaults do nothing, and a tiny model's run should
+    not pay two calls per provider for nothing."""
+    return any(
+        hook in getattr(provider, "__dict__", ()) or getattr(type(provider), hook, None) is not getattr(ExecutionProvider, hook)
+        for hook in ("on_run_start", "on_run_end")
     )
 
 
@@ -493,8 +522,8 @@ class _PlanBuilder:
             if space != HOST_MEMORY:
                 self.plan.copies.append(self._copy_record(name, space, HOST_MEMORY, owner, host_owner, True))
         self._assign_releases()
-        plan.finalize()
         plan.used_providers = [self.ctx.providers[i] for i in sorted({s.provider for s in plan.steps})]
+        plan.finalize()
         plan.placement = self._report()
         return plan
 

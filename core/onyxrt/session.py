@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,7 @@ from .gradient import expand_gradients
 from .graph import Graph, check_structure, read_initializers
 from .iobinding import IOBinding
 from .kernels import ValueType
-from .limits import limits_from_config, run_limits
+from .limits import RunLimits, limits_from_config, run_limits
 from .loader import LoadedModel, check_model, load_model, opset_versions
 from .logs import session_logger
 from .model_saving import save_optimized_model
@@ -740,19 +740,29 @@ class InferenceSession:
             special = self._specializer.session_for(signature_of(self._free_input_dims, feeds))
             if special is not None:
                 return special._execute(feeds, names, run_options, None)
-        profile = _Profile() if self._profiler.enabled else None
-        lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
         limits = self._limits.with_run_options(run_options)
-        with lock, intra_op_limit(self._intra_op_threads), run_limits(limits, guard_memory=True):
-            t0 = time.perf_counter()
-            outputs = self._plan.run(
-                feeds, names, run_options, profile, keep_on_device, self._pool, device_feeds
-            )
-            t1 = time.perf_counter()
-        if profile is not None:
+        if self._profiler.enabled:
+            profile = _Profile()
+            with self._run_context(limits):
+                t0 = time.perf_counter()
+                outputs = self._plan.run(feeds, names, run_options, profile, keep_on_device, self._pool, device_feeds)
+                t1 = time.perf_counter()
             self._profiler.session_event("model_run", t0, t1)
             self._profiler.node_events(self._plan, profile.events)
-        return outputs
+            return outputs
+        if self._run_lock is None and self._intra_op_threads <= 0:  # the common case, kept lean
+            with run_limits(limits, guard_memory=True):
+                return self._plan.run(feeds, names, run_options, None, keep_on_device, self._pool, device_feeds)
+        with self._run_context(limits):
+            return self._plan.run(feeds, names, run_options, None, keep_on_device, self._pool, device_feeds)
+
+    @contextlib.contextmanager
+    def _run_context(self, limits: RunLimits) -> Iterator[None]:
+        """What a run holds: the session's run lock (providers that cannot run
+        concurrently), the BLAS pool limit and the run's limits (with the memory guard)."""
+        lock = self._run_lock if self._run_lock is not None else contextlib.nullcontext()
+        with lock, intra_op_limit(self._intra_op_threads), run_limits(limits, guard_memory=True):
+            yield
 
     def run_with_ort_values(
         self,

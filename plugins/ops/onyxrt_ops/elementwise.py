@@ -40,6 +40,7 @@ from onnx import TensorProto
 
 from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
+from onyxrt.float_errors import quiet_float_errors
 from onyxrt.kernels import KernelInfo
 
 from .library import OpKernel, dtype_name, library
@@ -53,8 +54,9 @@ _SIGNED = frozenset(f"int{bits}" for bits in (8, 16, 32, 64))
 #: float32: numpy has no native loops for it).
 _NATIVE_FLOATS = frozenset({"float16", "float32", "float64"})
 
-#: numpy reports IEEE exceptions as warnings; the IEEE results are the ONNX semantics.
-_quiet = functools.partial(np.errstate, all="ignore")
+#: numpy reports IEEE exceptions as warnings; the IEEE results are the ONNX semantics
+#: (a no-op inside a session's run, which ignores them already).
+_quiet = quiet_float_errors
 
 
 def _is_integer(x: Any) -> bool:

@@ -36,6 +36,7 @@ from onnx import TensorProto, helper
 
 from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
+from onyxrt.float_errors import quiet_float_errors
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt_ops import library
 
@@ -72,7 +73,7 @@ def _out(r: Any, dtype: np.dtype[Any]) -> np.ndarray:
     """Wrap ``r`` as an ndarray of exactly ``dtype``."""
     r = np.asarray(r)
     if r.dtype != dtype:
-        with np.errstate(all="ignore"):
+        with quiet_float_errors():
             r = r.astype(dtype)
     return r
 
@@ -192,7 +193,7 @@ class Mod(library.kernel("Mod", 28, BACKEND)):
     def compute(self, a, b):
         if not self.fmod or not (a.dtype.kind in "iu" or (a.dtype in _FMOD_FLOATS and a.size < 4096)):
             return super().compute(a, b)
-        with np.errstate(all="ignore"):
+        with quiet_float_errors():
             return (_out(np.fmod(a, b), a.dtype),)
 
 
@@ -272,7 +273,7 @@ def _parse_strings(x: np.ndarray, to: np.dtype[Any]) -> np.ndarray:
             except (ValueError, OverflowError):
                 continue
         f = _parse_float(s)
-        with np.errstate(all="ignore"):
+        with quiet_float_errors():
             return np.trunc(f).astype(np.int64)
     return _parse_float(s)
 
@@ -310,7 +311,7 @@ def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
     values, zero and infinities become NaN.
     """
     f = np.abs(x.astype(np.float64))
-    with np.errstate(all="ignore"):
+    with quiet_float_errors():
         mant, expo = np.frexp(f)  # f = mant * 2**expo, mant in [0.5, 1)
     k = expo.astype(np.int64) - 1  # floor(log2(f)) for finite nonzero f
     if round_mode == "up":
@@ -342,7 +343,7 @@ def cast_array(
         x = _parse_strings(x, to)
     if x.dtype == to:
         return x
-    with np.errstate(all="ignore"):
+    with quiet_float_errors():
         if to in _FLOAT8_SATURATING:
             xf = _as_float(x)
             if saturate:
