@@ -55,35 +55,62 @@ finish16(v16 v, const GemmFinish *f, int i, int half)
     return activate16(v, f->act, f->p0, f->p1);
 }
 
-/* Eight rows by two 16-float vectors: 16 accumulators, 2 loads of B and 8 broadcasts of
- * A per step of k. On AVX-512 that is 16 of the 32 vector registers; with AVX2 the
- * compiler splits each vector in two and spills some (correct, slower: onyxrt_cpu.native
- * routes GEMMs here only where AVX-512 is present). */
-/* A full MR x NR tile of C (row stride ldc) = the panels' product, + C when accumulate,
- * then `finish` (NULL: none) while the tile is still in registers. */
-MULTIVERSION static void
-gemm_tile(const float *restrict pa, const float *restrict pb, idx kc, float *restrict c, idx ldc,
-          int accumulate, const GemmFinish *finish)
+/* The first `rows` rows of an MR x NR tile of C (row stride ldc) = the panels' product,
+ * + C when accumulate, then `finish` (NULL: none) while the tile is still in registers.
+ *
+ * All MR rows (gemm_tile): 16 accumulators, 2 loads of B and 8 broadcasts of A per step
+ * of k. On AVX-512 that is 16 of the 32 vector registers; with AVX2 the compiler splits
+ * each vector in two and spills some (correct, slower: onyxrt_cpu.native routes GEMMs here
+ * only where AVX-512 is present).
+ *
+ * Fewer rows (gemm_rows_tile: a batch-1 MLP, a decoder's few tokens): only the rows that
+ * exist are computed, and with one or two rows k is split over several accumulators so
+ * that the fused multiply-adds' latency does not bound the loop (one row has only two
+ * dependency chains otherwise). `rows` and `phases` are constants in each use. */
+static inline __attribute__((always_inline)) void
+tile_rows(const int rows, const int phases, const float *restrict pa, const float *restrict pb,
+          idx kc, float *restrict c, idx ldc, int accumulate, const GemmFinish *finish)
 {
-    v16 acc[GEMM_MR][2];
-    for (int i = 0; i < GEMM_MR; i++) {
-        acc[i][0] = (v16){0};
-        acc[i][1] = (v16){0};
+    v16 acc[4][GEMM_MR][2];
+    for (int p = 0; p < phases; p++) {
+        for (int i = 0; i < rows; i++) {
+            acc[p][i][0] = (v16){0};
+            acc[p][i][1] = (v16){0};
+        }
     }
-    for (idx k = 0; k < kc; k++) {
+    idx k = 0;
+    for (; k + phases <= kc; k += phases) {
+#pragma GCC unroll 4
+        for (int p = 0; p < phases; p++) {
+            const v16 b0 = *(const v16 *)(pb + (k + p) * GEMM_NR);
+            const v16 b1 = *(const v16 *)(pb + (k + p) * GEMM_NR + 16);
+            const float *a = pa + (k + p) * GEMM_MR;
+#pragma GCC unroll 8
+            for (int i = 0; i < rows; i++) {
+                acc[p][i][0] += a[i] * b0;
+                acc[p][i][1] += a[i] * b1;
+            }
+        }
+    }
+    for (; k < kc; k++) {
         const v16 b0 = *(const v16 *)(pb + k * GEMM_NR);
         const v16 b1 = *(const v16 *)(pb + k * GEMM_NR + 16);
         const float *a = pa + k * GEMM_MR;
 #pragma GCC unroll 8
-        for (int i = 0; i < GEMM_MR; i++) {
-            acc[i][0] += a[i] * b0;
-            acc[i][1] += a[i] * b1;
+        for (int i = 0; i < rows; i++) {
+            acc[0][i][0] += a[i] * b0;
+            acc[0][i][1] += a[i] * b1;
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < GEMM_MR; i++) {
+    for (int i = 0; i < rows; i++) {
+        v16 lo = acc[0][i][0], hi = acc[0][i][1];
+#pragma GCC unroll 4
+        for (int p = 1; p < phases; p++) {
+            lo += acc[p][i][0];
+            hi += acc[p][i][1];
+        }
         v16 *row = (v16 *)(c + i * ldc);
-        v16 lo = acc[i][0], hi = acc[i][1];
         if (accumulate) {
             lo += row[0];
             hi += row[1];
@@ -97,14 +124,41 @@ gemm_tile(const float *restrict pa, const float *restrict pb, idx kc, float *res
     }
 }
 
-/* A tile at C's edge (mm < MR rows or nn < NR columns): computed into a full scratch tile,
- * then the mm x nn corner moved into C. */
+MULTIVERSION static void
+gemm_tile(const float *restrict pa, const float *restrict pb, idx kc, float *restrict c, idx ldc,
+          int accumulate, const GemmFinish *finish)
+{
+    tile_rows(GEMM_MR, 1, pa, pb, kc, c, ldc, accumulate, finish);
+}
+
+/* gemm_tile for the first mm (1 .. MR - 1) rows only. */
+MULTIVERSION static void
+gemm_rows_tile(idx mm, const float *restrict pa, const float *restrict pb, idx kc, float *restrict c,
+               idx ldc, int accumulate, const GemmFinish *finish)
+{
+    switch (mm) {
+    case 1: tile_rows(1, 4, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 2: tile_rows(2, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 3: tile_rows(3, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 4: tile_rows(4, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 5: tile_rows(5, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 6: tile_rows(6, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
+    default: tile_rows(7, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
+    }
+}
+
+/* A tile at C's edge (nn < NR columns, any rows): computed into a full scratch tile, then
+ * the mm x nn corner moved into C. */
 static void
 gemm_edge_tile(const float *pa, const float *pb, idx kc, float *c, idx ldc, idx mm, idx nn,
                int accumulate)
 {
     float tile[GEMM_MR * GEMM_NR];
-    gemm_tile(pa, pb, kc, tile, GEMM_NR, 0, NULL);
+    if (mm == GEMM_MR) {
+        gemm_tile(pa, pb, kc, tile, GEMM_NR, 0, NULL);
+    } else {
+        gemm_rows_tile(mm, pa, pb, kc, tile, GEMM_NR, 0, NULL);
+    }
     for (idx i = 0; i < mm; i++) {
         float *cr = c + i * ldc;
         const float *tr = tile + i * GEMM_NR;
@@ -280,6 +334,8 @@ gemm_range(void *ctx, idx begin, idx end)
                 }
                 if (mm == GEMM_MR && nn == GEMM_NR) {
                     gemm_tile(ap, bp, kc, ct, g->ldc, k0 > 0, finishing ? &tf : NULL);
+                } else if (nn == GEMM_NR) {
+                    gemm_rows_tile(mm, ap, bp, kc, ct, g->ldc, k0 > 0, finishing ? &tf : NULL);
                 } else {
                     gemm_edge_tile(ap, bp, kc, ct, g->ldc, mm, nn, k0 > 0);
                     if (finishing) {
@@ -324,8 +380,10 @@ onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx 
     }
     const idx tiles = panels(m, GEMM_MR) * panels(n, GEMM_NR);
     GemmCall call = {a_packed ? a : packed_a, b, brs, bcs, b_packed, c, ldc, m, n, k, finish, 0};
-    /* at least ~1 MFLOP per piece: a smaller piece costs more to hand over than it saves */
-    parallel_for(gemm_range, &call, tiles, 1 + (1 << 20) / (2 * GEMM_MR * GEMM_NR * k));
+    /* at least ~1 MFLOP per piece: a smaller piece costs more to hand over than it saves
+     * (a tile of a product with fewer than MR rows computes only those rows) */
+    const idx tile_rows_done = m < GEMM_MR ? m : GEMM_MR;
+    parallel_for(gemm_range, &call, tiles, 1 + (1 << 20) / (2 * tile_rows_done * GEMM_NR * k));
     free(packed_a);
     return call.failed ? -1 : 0;
 }

@@ -22,6 +22,7 @@ from onnx import helper
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
 from onyxrt_cpu import native
 from onyxrt_cpu.kernels import conv as conv_kernels
+from onyxrt_cpu.kernels.linalg import MIN_PACKED_ROWS
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ONYXRT_CPU_PURE", "") not in ("", "0") or not native.ENABLED,
@@ -43,7 +44,8 @@ def _operands(rng, m, k, n):
             rng.standard_normal((k, n), dtype=np.float32))
 
 
-EDGES = [1, 7, 8, 9, 33]
+# rows: 1 and 2 (k split over several accumulators), 3-7 (partial row tiles), 8, 9, 33
+EDGES = [1, 2, 3, 5, 7, 8, 9, 33]
 K_EDGES = [1, 31, 255, 256, 257, 600]
 
 
@@ -60,6 +62,23 @@ def test_gemm_edges_all_operand_forms(m, n, k):
             c = np.full((m, n), np.nan, np.float32)
             assert native.gemm(left, right, c)
             _check(c, a, b)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 6, 7, 12])
+@pytest.mark.parametrize("k", [5, 300])
+def test_gemm_finish_on_partial_row_tiles(m, k):
+    """Column bias, residual and activation applied in registers by the partial-row
+    kernel too (both column tiles full, and an edge one), across k blocks."""
+    rng = np.random.default_rng(m + k)
+    for n in (64, 45):
+        a, b = _operands(rng, m, k, n)
+        bias = rng.standard_normal(n, dtype=np.float32)
+        z = rng.standard_normal((m, n), dtype=np.float32)
+        out = np.empty((m, n), np.float32)
+        assert native.gemm(a, native.pack_gemm_b(b), out, None, bias, z, native.ACT_LEAKY, 0.2)
+        want = a.astype(np.float64) @ b.astype(np.float64) + bias + z
+        want = np.where(want < 0, 0.2 * want, want)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
 
 
 def test_gemm_strided_operands_and_output():
@@ -200,8 +219,10 @@ def test_fused_matmul_with_constant_b(gemm_route, shape, bias_shape, trans_b, al
 
 
 # Gemm's C: none, a row per column (fused into the GEMM when beta scales it once), a
-# scalar, a full (M, N) matrix; A of 40 rows (the packed route) and of 3 (BLAS).
-GEMM_CASES = [(40, None), (40, (48,)), (40, (1, 48)), (40, ()), (40, (40, 48)), (3, (48,))]
+# scalar, a full (M, N) matrix; A of 40 rows and of 3 (the packed route: the compiled
+# kernel's full and partial row tiles) and of 1 (BLAS's matrix-vector product).
+GEMM_CASES = [(40, None), (40, (48,)), (40, (1, 48)), (40, ()), (40, (40, 48)), (3, (48,)), (3, ()),
+              (1, (48,)), (1, None)]
 
 
 @pytest.mark.parametrize("rows,c_shape", GEMM_CASES)
@@ -222,7 +243,7 @@ def test_gemm_with_constant_b(gemm_route, rows, c_shape, trans_b, beta, monkeypa
         want = want + beta * c
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
     assert y.dtype == np.float32 and y.shape == (rows, 48)
-    assert bool(calls) == (gemm_route and rows >= 16 and native.ENABLED)
+    assert bool(calls) == (gemm_route and rows >= MIN_PACKED_ROWS and native.ENABLED)
 
 
 def _conv_reference(x: np.ndarray, w: np.ndarray, pads: int) -> np.ndarray:
@@ -282,3 +303,31 @@ def test_fused_conv_finished_by_the_gemm(gemm_route, activation, params, code, k
     elif code == "leaky":
         want = np.where(want < 0, want * params[0], want)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+
+
+# FusedGemm (Gemm + activation, the optimizer's MLP layer): the compiled GEMM applies
+# Relu/LeakyRelu/Clip to each tile in registers; Sigmoid (which it does not know) follows
+# in numpy. One row takes BLAS, 3 and 40 rows the compiled kernel's partial and full tiles.
+FUSED_GEMM_ACTIVATIONS = [("Relu", [], lambda v: np.maximum(v, 0)),
+                          ("LeakyRelu", [0.1], lambda v: np.where(v < 0, 0.1 * v, v)),
+                          ("Clip", [-0.5, 0.5], lambda v: np.clip(v, -0.5, 0.5)),
+                          ("Sigmoid", [], lambda v: 1 / (1 + np.exp(-v)))]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 9, 40])
+@pytest.mark.parametrize("name,params,reference", FUSED_GEMM_ACTIVATIONS, ids=[a[0] for a in FUSED_GEMM_ACTIVATIONS])
+def test_fused_gemm_activation_with_constant_b(gemm_route, rows, name, params, reference, monkeypatch):
+    rng = np.random.default_rng(rows)
+    a = rng.standard_normal((rows, 70), dtype=np.float32)
+    w = rng.standard_normal((70, 37), dtype=np.float32)  # 37 columns: an edge tile too
+    c = rng.standard_normal((37,), dtype=np.float32)
+    calls = []
+    real = native.gemm
+    monkeypatch.setattr(native, "gemm", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    extra = {"activation_params": params} if params else {}
+    node = helper.make_node("FusedGemm", ["a", "w", "c"], ["y"], domain=FUSED_DOMAIN, activation=name, **extra)
+    (y,) = run_ours(node, FUSED_DOMAIN_VERSION, a, w, c, constants=(1, 2))
+    want = reference(a.astype(np.float64) @ w.astype(np.float64) + c)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+    assert y.dtype == np.float32 and y.shape == (rows, 37)
+    assert bool(calls) == (gemm_route and rows >= MIN_PACKED_ROWS and native.ENABLED)

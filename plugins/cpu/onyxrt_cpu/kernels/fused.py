@@ -149,12 +149,16 @@ class FusedGemm(Gemm):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self.act = activation(info.node_name, info.attr("activation", "") or "",
-                              info.attr("activation_params", []) or [])
+        name = info.attr("activation", "") or ""
+        params = info.attr("activation_params", []) or []
+        self.act = activation(info.node_name, name, params)
+        # the compiled GEMM applies the activations it knows to each tile in registers
+        self.native_act = native_activation(name, params) or (native.ACT_NONE, 0.0, 0.0)
+        self._native_done = self.native_act[0] != native.ACT_NONE
 
     def compute(self, a, b, c=None):
-        (y,) = super().compute(a, b, c)
-        if self.act is not None:
+        y, activated = self.product(a, b, c)
+        if self.act is not None and not (activated and self._native_done):
             # Gemm's output is this call's own buffer (a view of one, from the compiled
             # GEMM's reshape): activated in place; a read-only one would be copied first.
             if not y.flags.writeable:
