@@ -101,6 +101,13 @@ def _transform(xp: Any, s: Any, kind: int) -> Any:
         return _logistic(xp, s)
     if kind == 4:
         return _probit(xp, s)
+    if kind == 1 and xp is np:
+        # the same operations as ufunc calls and in place: numpy's function wrappers
+        # (np.max, ndarray.sum) cost most of a one-row model's softmax
+        e = s - np.maximum.reduce(s, axis=-1, keepdims=True)
+        np.exp(e, out=e)
+        e /= np.add.reduce(e, axis=-1, keepdims=True)
+        return e
     top = xp.max(s, axis=-1, keepdims=True)
     if kind == 1:
         e = xp.exp(s - top)
@@ -132,6 +139,8 @@ def _argmax(xp: Any, s: Any) -> Any:
     """onnxruntime's arg-max scan (``score > best``, the first column the start): a NaN
     never wins, except a NaN first column, which nothing beats."""
     nan = xp.isnan(s)
+    if xp is np and not np.logical_or.reduce(nan, axis=None):  # numpy's arg-max is the scan without NaN
+        return s.argmax(axis=1)
     idx = xp.argmax(xp.where(nan, xp.full_like(s, -np.inf), s), axis=1)
     return xp.where(nan[:, 0], xp.zeros_like(idx), idx)
 
@@ -168,10 +177,14 @@ class _MLKernel(OpKernel):
         """The labels at class indices ``index`` (strings on the host, ints over xp)."""
         if self.strings:
             return self.classes[self.host(index).astype(np.int64)]
+        if self.xp is np:
+            return self.classes[index]
         return self.xp.take(self.xp.asarray(self.classes), self.xp.astype(index, self.xp.int64))
 
     def rows(self, x: Any) -> Any:
         """``x`` as float32 (N, features): a 1-D input is one sample."""
+        if x.ndim == 2 and self.xp is np and x.dtype == np.float32:
+            return x
         x = self.xp.astype(x, self.backend.dtype(np.float32))
         return self.xp.reshape(x, (1, -1)) if x.ndim < 2 else self.xp.reshape(x, (x.shape[0], prod(x.shape[1:])))
 
@@ -335,6 +348,7 @@ class _Forest:
         self.max_feature = int(feature.max(initial=-1))
         self.members = members
         self.n_targets = n_targets
+        self._converted: dict[Any, np.ndarray] = {}
         if len(contrib_target) and ((contrib_target < 0) | (contrib_target >= n_targets)).any():
             raise ValueError(f"a leaf votes for a target outside [0, {n_targets})")
         # Dense leaf x target tables: summed weight, and whether the leaf votes at all.
@@ -385,11 +399,22 @@ class _Forest:
             cond[nan] |= self.missing_true[node[nan]]
         return cond
 
-    def evaluate(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per (sample, tree, target) weights and whether the reached leaf votes for it."""
+    def evaluate(self, x: np.ndarray, dtype: Any = np.float64) -> tuple[np.ndarray, np.ndarray]:
+        """Per (sample, tree, target) weights (as ``dtype``) and whether the reached leaf
+        votes for it."""
         x = x[None, :] if x.ndim == 1 else x
         leaf = self.leaves(x.reshape(x.shape[0], prod(x.shape[1:])).astype(np.float64, copy=False))
-        return self.weight[leaf], self.votes[leaf]
+        return self._weights(dtype)[leaf], self.votes[leaf]
+
+    def _weights(self, dtype: Any) -> np.ndarray:
+        """The leaf x target weights as ``dtype``, converted once (the same values as
+        converting the picked weights on every call)."""
+        if dtype == np.float64:
+            return self.weight
+        table = self._converted.get(dtype)
+        if table is None:
+            table = self._converted[dtype] = self.weight.astype(dtype)
+        return table
 
     def scores(self, x: np.ndarray, aggregate: int, base: np.ndarray | None) -> np.ndarray:
         """Aggregated (N, n_targets) float64 scores, base values added."""
@@ -599,11 +624,15 @@ class TreeEnsembleClassifier(_MLKernel):
 
     def compute(self, x: Any) -> tuple[Any, Any]:
         xh = self.host(x)
-        w, votes = self.forest.evaluate(xh)
         # onnxruntime sums in float32 unless the input is double (a tie at 0 or 0.5 decides
         # the binary label, so the precision matters).
-        s = w.astype(xh.dtype if xh.dtype == np.float64 else np.float32).sum(axis=1)
-        has = votes.any(axis=1)
+        w, votes = self.forest.evaluate(xh, xh.dtype if xh.dtype == np.float64 else np.float32)
+        s = np.add.reduce(w, axis=1)  # w.sum(axis=1) without its wrapper, as below
+        has = np.logical_or.reduce(votes, axis=1)
+        if len(self.classes) > 2 and not len(self.base) and np.logical_and.reduce(has, axis=None):
+            # every class has a vote (a random forest's leaves hold every class's share):
+            # the general case below with its masks all true
+            return self._out(s.argmax(axis=1)), self.xp.asarray(_transform(np, s.astype(np.float32), self.post))
         base = self.base.astype(s.dtype)
         if len(self.classes) > 2:
             s[:, :len(base)] += base
@@ -698,7 +727,11 @@ class LinearClassifier(_MLKernel):
         xf = self.rows(x)
         if xf.shape[1] != self.coef.shape[1]:
             raise ValueError(f"X has {xf.shape[1]} features, the coefficients {self.coef.shape[1]}")
-        s = xf @ self.const(self.coef.T) + self.const(self.intercepts)
+        if xp is np:
+            s = xf @ self.coef.T
+            s += self.intercepts  # in place: the product is this call's own
+        else:
+            s = xf @ self.const(self.coef.T) + self.const(self.intercepts)
         if s.shape[1] == 1:
             # onnxruntime 1.32 transforms the score, then writes [1 - t, t] (its PROBIT
             # writes past the packed scores: we give [1 - probit, probit]).
@@ -900,11 +933,18 @@ class Scaler(_MLKernel):
             self.offset = np.zeros(1, np.float32)
         if not len(self.scale):
             self.scale = np.ones(1, np.float32)
+        self.features = -1  # the last input's feature count, once the attributes fit it
 
     def compute(self, x: Any) -> tuple[Any]:
+        if self.xp is np and x.ndim and x.shape[-1] == self.features:
+            # the attributes were checked against this many features already
+            y = (x if x.dtype == np.float32 else x.astype(np.float32)) - self.offset
+            y *= self.scale  # in place: y is this call's own (the same rounding)
+            return (y,)
         xf = self.xp.astype(x, self.backend.dtype(np.float32))
         off, scale = (self.const(_per_feature(p, x, what)) for p, what in ((self.offset, "offset"),
                                                                             (self.scale, "scale")))
+        self.features = x.shape[-1] if x.ndim else 1
         return ((xf - off) * scale,)
 
 
@@ -928,8 +968,20 @@ class Normalizer(_MLKernel):
 
     def compute(self, x: Any) -> tuple[Any]:
         xp = self.xp
-        xf = xp.astype(x, self.backend.dtype(np.float32))
+        if xp is np and x.dtype == np.float32:
+            xf = x  # only read: the result is a new array
+        else:
+            xf = xp.astype(x, self.backend.dtype(np.float32))
         xf = xp.reshape(xf, (1, -1)) if xf.ndim == 1 else xf
+        if xp is np:  # ufunc calls: numpy's function wrappers are most of a row's cost
+            if self.norm == "MAX":
+                div = np.maximum.reduce(xf, axis=-1, keepdims=True)
+            elif self.norm == "L1":
+                div = np.add.reduce(np.abs(xf), axis=-1, keepdims=True)
+            else:
+                div = np.sqrt(np.add.reduce(xf * xf, axis=-1, keepdims=True))
+            div[div == 0] = 1
+            return (xf / div,)
         if self.norm == "MAX":
             div = xp.max(xf, axis=-1, keepdims=True)
         elif self.norm == "L1":
@@ -1056,6 +1108,7 @@ class ZipMap(_MLKernel):
         keys = [str(k) if self.strings else int(k) for k in self.classes]
         self.order = sorted(range(len(keys)), key=keys.__getitem__)
         self.keys = [keys[i] for i in self.order]
+        self.in_order = self.order == list(range(len(keys)))
 
     def compute(self, x: Any) -> tuple[list[dict[Any, float]]]:
         xh = np.asarray(self.host(x), dtype=np.float32)
@@ -1064,7 +1117,8 @@ class ZipMap(_MLKernel):
         xh = xh.reshape(1, -1) if xh.ndim == 1 else xh
         if xh.shape[1] != len(self.keys):
             raise ValueError(f"{xh.shape[1]} columns for {len(self.keys)} class labels")
-        return ([dict(zip(self.keys, row)) for row in xh[:, self.order].tolist()],)
+        rows = (xh if self.in_order else xh[:, self.order]).tolist()
+        return ([dict(zip(self.keys, row)) for row in rows],)
 
 
 def _as_map(m: Any) -> Any:
