@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from typing import Any
 
 __all__ = ["tune_malloc", "malloc_state", "ENV_VAR"]
 
@@ -46,8 +47,9 @@ def tune_malloc() -> str:
             _state = f"glibc defaults ({ENV_VAR}=0)"
             return _state
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            mallopt = libc.mallopt
+            # the process's own symbols (glibc's among them) first: ctypes.util.find_library
+            # runs ldconfig in a subprocess
+            mallopt = _symbol("mallopt")
         except (OSError, AttributeError):
             _state = "default (no glibc mallopt)"
             return _state
@@ -55,6 +57,15 @@ def tune_malloc() -> str:
         ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
         _state = "tuned (mmap threshold 32 MiB)" if ok else "default (mallopt refused)"
         return _state
+
+
+def _symbol(name: str) -> Any:
+    """The C function ``name`` from the running process (where the C library is loaded),
+    else from the C library found by name."""
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
 
 
 def malloc_state() -> str:

@@ -81,6 +81,7 @@ class CPUExecutionProvider(KernelRegistryProvider):
         """The host CPU."""
         # Made once: every run asks for it (where each output lives).
         if self._devices is None:
-            self._devices = (Device("cpu", platform.processor() or platform.machine() or "generic",
-                                    memory_space=HOST_MEMORY),)
+            # platform.machine(), not platform.processor(): on Linux the latter runs
+            # `uname -p` in a subprocess (2 ms of every process's first session)
+            self._devices = (Device("cpu", platform.machine() or "generic", memory_space=HOST_MEMORY),)
         return self._devices
