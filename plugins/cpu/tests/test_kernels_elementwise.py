@@ -20,6 +20,9 @@ from kernel_cases import (
     BF16,
     assert_all_versions_registered,
     conformance_params,
+    input_names,
+    one_node,
+    one_node_model,
     randn,
     run_case,
 )
@@ -27,6 +30,7 @@ from kernel_cases import op_output as ours
 from kernel_cases import op_output_onnxruntime as onnxrt
 from onnx import TensorProto, numpy_helper
 
+import onyxrt
 from onyxrt.dtypes import np_dtype, onnx_elem_type
 from onyxrt.errors import InvalidGraph
 from onyxrt_cpu.kernels._special import erf, erf_float32
@@ -751,3 +755,37 @@ def test_castlike_to_string_int_and_bfloat16():
 
 def test_cast_array_helper_direct():
     np.testing.assert_array_equal(cast_array([1, 2], np.dtype(np.float32)), [1.0, 2.0])
+
+
+# Div, Max, Min, Sqrt, Exp, Log, Abs, Neg and Relu of float32/float64 inputs of one type
+# are the ufunc alone (kernels/elementwise.py, kernels/activation.py): the same values as
+# the library's (numpy's ufunc on the same dtype), special values and broadcasting
+# included, and onnxruntime's within its vectorized exp/log's ulps.
+_FAST_FLOAT_CASES = [("Div", np.divide), ("Max", np.maximum), ("Min", np.minimum), ("Sqrt", np.sqrt),
+                     ("Exp", np.exp), ("Log", np.log), ("Abs", np.abs), ("Neg", np.negative),
+                     ("Relu", lambda x: np.maximum(x, 0))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op,ufunc", _FAST_FLOAT_CASES, ids=[c[0] for c in _FAST_FLOAT_CASES])
+def test_float_fast_paths_match_numpy_and_onnxruntime(op, ufunc, dtype):
+    special = np.array([0.0, -0.0, 1.5, -2.25, np.inf, -np.inf, np.nan, 1e-40], dtype)
+    binary = op in ("Div", "Max", "Min")
+    cases = [(special,), (randn((3, 1, 4), 1, dtype=dtype),), (np.array(-3.0, dtype),)]
+    if binary:
+        cases = [(special, special[::-1].copy()), (randn((3, 1, 4), 1, dtype=dtype), randn((5, 1), 2, dtype=dtype)),
+                 (np.array(2.0, dtype), np.array(0.0, dtype))]
+    opset = 14 if op == "Relu" else 13
+    for inputs in cases:
+        # a session: the kernel is built knowing its input types, as the fast path needs
+        model, feeds = one_node_model(one_node(op, input_names(inputs), 1), opset, list(inputs))
+        sess = onyxrt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        kernel = sess._plan.steps[0].kernel
+        assert "compute" in vars(kernel), f"{op} did not take its float fast path"
+        (got,) = sess.run(None, feeds)
+        with np.errstate(all="ignore"):  # the reference: inf and nan are expected results
+            want = ufunc(*inputs)
+        assert isinstance(got, np.ndarray) and got.dtype == dtype and got.shape == np.shape(want)
+        np.testing.assert_array_equal(got, want)
+        theirs = onnxrt(op, list(inputs), opset)
+        np.testing.assert_allclose(got, theirs, rtol=2e-7 if dtype == np.float32 else 1e-15, atol=0)

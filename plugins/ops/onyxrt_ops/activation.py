@@ -119,7 +119,7 @@ class Relu(OpKernel):
     def compute(self, x):
         if _is_bfloat16(x):
             return (self.narrow(self.xp.maximum(self.widen(x), 0), x),)
-        return (self.xp.maximum(x, 0),)
+        return (self.xp.asarray(self.xp.maximum(x, 0)),)  # numpy makes a 0-d result a scalar
 
 
 @library.define("LeakyRelu", (1, 6, 16), types={"T": FLOATS})
