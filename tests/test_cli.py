@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import onnx
 import pytest
 
 import onyxrt as ort
-from onyxrt.discovery import catalog
+from onyxrt.cli import EXIT_FAILURE, main
+from onyxrt.discovery import ProviderCatalog, catalog, reset_catalog
 from onyxrt.testing import models
 
 SIMNPU = "SimNPUExecutionProvider"
@@ -100,7 +102,8 @@ def test_providers_flags_virtual_devices() -> None:
 #: library loaded, and this test process may hold scipy's beside numpy's).
 _STATUSES = """
 import json
-from onyxrt.discovery import catalog
+from onyxrt.cli import EXIT_FAILURE, main
+from onyxrt.discovery import ProviderCatalog, catalog, reset_catalog
 cat = catalog()
 print(json.dumps({n: [cat.status(n).details, cat.status(n).usable, cat.status(n).fix] for n in cat.names()}))
 """
@@ -119,6 +122,95 @@ def test_doctor_shows_probe_details_and_fixes() -> None:
             assert f"{key}: {value}" in proc.stdout
         if not usable and fix:
             assert f"fix: {fix}" in proc.stdout
+
+
+#: The CLI in a process where onyxrt-cpu's compiled module cannot be imported: what a
+#: numpy-only install of onyxrt-cpu (no C compiler, or ONYXRT_CPU_PURE=1) looks like.
+_WITHOUT_COMPILED_MODULE = """
+import sys
+sys.modules["onyxrt_cpu._native"] = None
+from onyxrt.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+_REINSTALL = "pip install --force-reinstall --no-cache-dir --no-deps onyxrt-cpu"
+
+
+def _cpu_block(text: str) -> str:
+    """The lines of ``text`` from the CPU provider's header to the next provider's."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if CPU in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in (" ", "")),
+               len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_providers_says_which_cpu_build_is_installed() -> None:
+    from onyxrt_cpu import native
+
+    compiled = _cpu_block(cli("providers").stdout)
+    assert ("(compiled build)" in compiled) is native.AVAILABLE
+    pure = subprocess.run([sys.executable, "-c", _WITHOUT_COMPILED_MODULE, "providers"],
+                          capture_output=True, text=True, timeout=300)
+    assert pure.returncode == 0, pure.stderr
+    block = _cpu_block(pure.stdout)
+    assert "numpy-only build" in block and "compiled build" not in block
+    data = json.loads(subprocess.run([sys.executable, "-c", _WITHOUT_COMPILED_MODULE, "providers",
+                                      "--format", "json"], capture_output=True, text=True,
+                                     timeout=300).stdout)
+    cpu = next(p for p in data["providers"] if p["name"] == CPU)
+    assert "numpy-only build" in cpu["description"]
+
+
+def test_doctor_advice_for_the_numpy_only_build_bypasses_pips_wheel_cache() -> None:
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_COMPILED_MODULE, "doctor"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    kernels = next(line for line in _cpu_block(proc.stdout).splitlines() if "kernels:" in line)
+    # A plain reinstall takes the numpy-only wheel pip cached: the advice must skip the cache.
+    assert "numpy kernels only" in kernels and _REINSTALL in kernels
+
+
+@pytest.fixture
+def no_providers() -> Iterator[None]:
+    """A catalog of no plugins at all, as in an environment where none is installed."""
+    reset_catalog(ProviderCatalog(entry_points=[]))
+    yield
+    reset_catalog()
+
+
+def test_providers_without_any_provider_says_how_to_get_one(
+    no_providers: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["providers"]) == EXIT_FAILURE
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "no execution provider is installed" in err and "pip install onyxrt-cpu" in err
+    assert "pip install onyxrt" in err
+    assert main(["providers", "--format", "json"]) == EXIT_FAILURE
+    out, err = capsys.readouterr()
+    assert json.loads(out)["providers"] == [] and "no execution provider is installed" in err
+
+
+def test_doctor_without_any_provider_says_how_to_get_one(
+    no_providers: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor"]) == EXIT_FAILURE
+    out, _ = capsys.readouterr()
+    assert "no execution provider is installed" in out and "pip install onyxrt-cpu" in out
+
+
+def test_providers_and_doctor_when_onyxrt_plugins_excludes_every_plugin() -> None:
+    env = {"ONYXRT_PLUGINS": "no-such-plugin"}
+    proc = cli("providers", env_extra=env)
+    assert proc.returncode == EXIT_FAILURE
+    assert "no execution provider is available" in proc.stderr
+    assert "ONYXRT_PLUGINS='no-such-plugin' excluded" in proc.stderr
+    assert "excluded: cpu (onyxrt-cpu)" in proc.stdout
+    proc = cli("doctor", env_extra=env)
+    assert proc.returncode == EXIT_FAILURE
+    assert "no execution provider is available" in proc.stdout
+    assert_no_traceback(proc)
 
 
 # --------------------------------------------------------------------------- explain
@@ -202,6 +294,20 @@ def test_unknown_provider_exits_2(cnn_path: str) -> None:
     proc = cli("explain", cnn_path, "--providers", "NoSuchExecutionProvider,CPUExecutionProvider")
     assert proc.returncode == 2
     assert "NoSuchExecutionProvider" in proc.stderr and "not installed" in proc.stderr
+    assert_no_traceback(proc)
+
+
+def test_uninstalled_known_provider_names_its_package_not_a_similar_name(cnn_path: str) -> None:
+    # Excluded (or absent where onyxrt-cuda is not installed): either way not usable here.
+    proc = cli("explain", cnn_path, "--providers", "CUDAExecutionProvider",
+               env_extra={"ONYXRT_PLUGINS": "-onyxrt-cuda"})
+    assert proc.returncode == 2
+    assert "CUDAExecutionProvider is not installed" in proc.stderr and "onyxrt-cuda" in proc.stderr
+    assert "Did you mean" not in proc.stderr
+    proc = cli("explain", cnn_path, "--providers", "TensorrtExecutionProvider")
+    assert proc.returncode == 2 and "onyxrt has no TensorrtExecutionProvider yet" in proc.stderr
+    proc = cli("explain", cnn_path, "--providers", "CPUExecutonProvider")
+    assert proc.returncode == 2 and "Did you mean 'CPUExecutionProvider'?" in proc.stderr
     assert_no_traceback(proc)
 
 

@@ -193,3 +193,84 @@ def test_host_inputs_of_a_device_kernel_are_not_copied(plugin_site):
     x = np.arange(12, dtype=np.float32).reshape(2, 6) - 6
     (y,) = sess.run(None, {"x": x, "shape": np.array([3, 4], np.int64)})
     np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(3, 4))
+
+
+# -- requesting a provider that is not installed --------------------------------------
+
+
+@pytest.fixture
+def cpu_only_catalog():
+    """A catalog of onyxrt-cpu's entry point alone: no other provider is installed (not
+    excluded, simply absent), whatever this environment has."""
+    import importlib.metadata
+
+    from onyxrt.discovery import ProviderCatalog, reset_catalog
+    from onyxrt.hookspecs import ENTRY_POINT_GROUP
+
+    eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == "cpu"]
+    reset_catalog(ProviderCatalog(entry_points=eps))
+    yield catalog()
+    reset_catalog()
+
+
+def _fallback_message(model, name):
+    with pytest.warns(ort.ProviderFallbackWarning) as record:
+        ort.InferenceSession(model.SerializeToString(), providers=[name, "CPUExecutionProvider"])
+    return str(record[0].message)
+
+
+def test_uninstalled_onyxrt_provider_names_its_package_not_a_similar_name(cpu_only_catalog, add_relu_model):
+    message = _fallback_message(add_relu_model, "CUDAExecutionProvider")
+    assert "CUDAExecutionProvider is not installed" in message
+    assert "pip install 'onyxrt-cuda[cuda12]' (CUDA 12)" in message
+    assert "pip install 'onyxrt-cuda[cuda13]' (CUDA 13)" in message
+    assert "Did you mean" not in message
+    message = _fallback_message(add_relu_model, "ROCMExecutionProvider")
+    assert "pip install onyxrt-rocm" in message and "Did you mean" not in message
+    assert "pip install onyxrt-simnpu" in cpu_only_catalog.suggest("SimNPUExecutionProvider")
+
+
+def test_onnxruntime_provider_onyxrt_lacks_says_so(cpu_only_catalog, add_relu_model):
+    for name in ("TensorrtExecutionProvider", "OpenVINOExecutionProvider", "DmlExecutionProvider",
+                 "CoreMLExecutionProvider", "QNNExecutionProvider"):
+        message = _fallback_message(add_relu_model, name)
+        assert f"onyxrt has no {name} yet" in message and "Did you mean" not in message
+
+
+def test_misspelt_provider_name_gets_did_you_mean(cpu_only_catalog, add_relu_model):
+    message = _fallback_message(add_relu_model, "CPUExecutonProvider")
+    assert "Did you mean 'CPUExecutionProvider'?" in message
+    # A misspelling of a known provider that is not installed: the name, and how to get it.
+    hint = cpu_only_catalog.suggest("CUDAExecutonProvider")
+    assert "Did you mean 'CUDAExecutionProvider'?" in hint and "onyxrt-cuda" in hint
+    assert cpu_only_catalog.suggest("NoSuchExecutionProvider") == ""
+
+
+def test_missing_provider_in_strict_mode_still_raises_and_set_providers_keeps_onnxruntimes_split(
+    cpu_only_catalog, add_relu_model
+):
+    from onyxrt.errors import ProviderUnavailable
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.strict_providers", "1")
+    with pytest.raises(ProviderUnavailable, match=r"onyxrt-cuda\[cuda12\]") as err:
+        ort.InferenceSession(add_relu_model.SerializeToString(), so, providers=["CUDAExecutionProvider"])
+    assert "Did you mean" not in str(err.value)
+    sess = ort.InferenceSession(add_relu_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.warns(ort.ProviderFallbackWarning, match="onyxrt-cuda"):
+        sess.set_providers(["CUDAExecutionProvider"])  # known name: a warning, as onnxruntime
+    with pytest.raises(ProviderUnavailable, match="Unknown Provider Type"):
+        sess.set_providers(["CPUExecutonProvider"])  # unknown name: an error, as onnxruntime
+
+
+def test_provider_whose_package_is_excluded_says_so(plugin_site, monkeypatch):
+    from onyxrt.discovery import reset_catalog
+
+    # A stand-in for onyxrt-cuda, so that the exclusion is recorded on any machine (never
+    # imported: excluded plugins are not).
+    plugin_site.add_distribution("onyxrt-cuda", {"cuda": "stand_in_cuda_plugin"}, {"stand_in_cuda_plugin": BROKEN_PLUGIN})
+    monkeypatch.setenv("ONYXRT_PLUGINS", "-onyxrt-cuda")
+    reset_catalog()
+    hint = catalog().suggest("CUDAExecutionProvider")
+    assert "onyxrt-cuda provides it, but ONYXRT_PLUGINS excludes that package" in hint
+    assert "Did you mean" not in hint

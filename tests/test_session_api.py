@@ -213,8 +213,9 @@ def test_uninstalled_providers_warn_with_the_fix_and_run_on_cpu(add_relu_model, 
     assert len(fallback) == 2
     cuda, trt = (str(w.message) for w in fallback)
     assert "CUDAExecutionProvider" in cuda and "not installed" in cuda
-    assert "pip install onyxrt-cuda" in cuda
+    assert "pip install 'onyxrt-cuda[cuda12]'" in cuda and "[cuda13]" in cuda
     assert "TensorrtExecutionProvider" in trt and "not installed" in trt
+    assert "onyxrt has no TensorrtExecutionProvider" in trt and "Fix:" not in trt
     # The warning points at the line that created the session, not into onyxrt.
     assert all(w.filename == __file__ for w in fallback)
 
@@ -223,7 +224,9 @@ def test_uninstalled_providers_warn_with_the_fix_and_run_on_cpu(add_relu_model, 
         "CUDAExecutionProvider",
         "TensorrtExecutionProvider",
     ]
-    assert sess.fallbacks[0].fix == "pip install onyxrt-cuda"
+    assert sess.fallbacks[0].fix == ("pip install 'onyxrt-cuda[cuda12]' (CUDA 12) or "
+                                     "pip install 'onyxrt-cuda[cuda13]' (CUDA 13)")
+    assert sess.fallbacks[1].fix == ""  # onyxrt has no package for it: no fix to offer
     assert "not installed" in sess.fallbacks[0].reason
     assert sess.placement.providers_requested == (
         "CUDAExecutionProvider",
@@ -254,7 +257,7 @@ def test_strict_providers_turns_fallback_into_an_error(add_relu_model, without_g
         warnings.simplefilter("error", ort.ProviderFallbackWarning)
         with pytest.raises(ProviderUnavailable, match="CUDAExecutionProvider") as err:
             ort.InferenceSession(add_relu_model, so, providers=["CUDAExecutionProvider", CPU])
-    assert "pip install onyxrt-cuda" in str(err.value)
+    assert "pip install 'onyxrt-cuda[cuda12]'" in str(err.value)
     assert isinstance(err.value, RuntimeError)
     # CPU alone is fine in strict mode.
     assert ort.InferenceSession(add_relu_model, so, providers=[CPU]).get_providers() == [CPU]

@@ -3,8 +3,9 @@
 Commands::
 
     onyxrt providers [--format text|json]
-        every installed provider: package, version, protocol version, state (usable, or
-        not usable with the reason and the fix), devices (virtual ones flagged), and the
+        every installed provider: package, version, protocol version, what it is (for the
+        CPU provider, which build: compiled kernels or numpy-only), state (usable, or not
+        usable with the reason and the fix), devices (virtual ones flagged), and the
         plugins that failed to load.
     onyxrt doctor
         per provider the probe in detail (versions, driver messages) and the exact fix.
@@ -28,11 +29,14 @@ error rather than a silent fallback. ``--option`` sets a provider option:
 
 EXIT CODES:
 
-    0  success
-    1  parity or threshold failure (``parity``: an output differs beyond tolerance)
-    2  usage or input error: bad arguments, a missing or invalid model file, an unknown
-       or unusable provider name, a bad provider option, a bad ``--input``
-    3  runtime error: any other onyxrt error while creating or running the session
+    0    success
+    1    a check failed: ``parity`` (an output differs beyond tolerance), ``providers`` and
+         ``doctor`` (no execution provider is installed)
+    2    usage or input error: bad arguments, a missing or invalid model file, an unknown
+         or unusable provider name, a bad provider option, a bad ``--input``
+    3    runtime error: any other onyxrt error while creating or running the session
+    141  stdout was closed before everything was written (``onyxrt doctor | head -1``):
+         the command stops quietly, as a Unix tool ended by SIGPIPE does (128 + 13)
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ._version import __version__
-from .discovery import catalog
+from .discovery import CPU_PROVIDER, PLUGINS_ENV_VAR, catalog, install_command
 from .dtypes import elem_type_from_string, np_dtype
 from .errors import InvalidArgument, InvalidModel, OnyxError, ProviderUnavailable
 from .placement_html import render_html
@@ -59,12 +63,15 @@ from .progress import Progress
 from .session import InferenceSession, NodeArg
 from .session_options import STRICT_PROVIDERS_KEY, SessionOptions
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_RUNTIME"]
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_RUNTIME",
+           "EXIT_BROKEN_PIPE"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_RUNTIME = 3
+#: 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away.
+EXIT_BROKEN_PIPE = 141
 
 class CliError(Exception):
     """An error the CLI reports as one message and an exit code (no traceback)."""
@@ -281,6 +288,7 @@ def _provider_entries() -> list[dict[str, Any]]:
             "usable": status.usable,
             "reason": status.reason,
             "fix": status.fix,
+            "description": cat.specs[name].description,
             "device_types": list(status.device_types),
             "details": dict(status.details),
             "devices": [],
@@ -309,6 +317,25 @@ def _plugin_failures() -> list[dict[str, str]]:
     ]
 
 
+def _no_provider_message() -> str:
+    """Why no provider is listed, and how to get one (``providers`` and ``doctor``)."""
+    cat = catalog()
+    fix = (f"install the CPU provider: {install_command(CPU_PROVIDER)} (or pip install onyxrt, "
+           "which depends on it)")
+    if not cat.excluded and not cat.failures:
+        return f"no execution provider is installed, so no model can run; {fix}"
+    why = []
+    if cat.failures:
+        why.append(f"{len(cat.failures)} plugin(s) failed to load")
+        fix = f"repair the plugins that failed (`onyxrt doctor` shows how), or {fix}"
+    if cat.excluded:
+        why.append(f"{PLUGINS_ENV_VAR}={os.environ.get(PLUGINS_ENV_VAR, '')!r} excluded "
+                   f"{len(cat.excluded)} installed plugin(s)")
+        fix = f"change {PLUGINS_ENV_VAR} to include one, or {fix}"
+    return (f"no execution provider is available, so no model can run ({' and '.join(why)}, "
+            f"listed above); {fix}")
+
+
 def cmd_providers(args: argparse.Namespace) -> int:
     """``onyxrt providers``: what is installed and whether it is usable."""
     entries = _provider_entries()
@@ -319,9 +346,13 @@ def cmd_providers(args: argparse.Namespace) -> int:
             f.pop("traceback", None)
         _out(json.dumps({"providers": entries, "plugin_failures": failures,
                          "excluded": excluded}, indent=2))
+        if not entries:
+            raise CliError(_no_provider_message(), EXIT_FAILURE)
         return EXIT_OK
     for e in entries:
         _out(f"{e['name']}  ({e['package']} {e['version']}, protocol {e['protocol_version']})")
+        if e["description"]:
+            _out(f"  {e['description']}")
         _out(f"  state: {e['state']}")
         if not e["usable"]:
             _out(f"  reason: {e['reason']}")
@@ -336,6 +367,8 @@ def cmd_providers(args: argparse.Namespace) -> int:
              f"{f['error']}")
     for x in excluded:
         _out(f"excluded: {x}")
+    if not entries:
+        raise CliError(_no_provider_message(), EXIT_FAILURE)
     return EXIT_OK
 
 
@@ -349,10 +382,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _out(f"onyxrt {__version__}, python {platform.python_version()}, numpy {np.__version__}, "
          f"onnx {onnx.__version__}, {platform.system()} {platform.machine()}")
     _out("")
-    for e in _provider_entries():
+    entries = _provider_entries()
+    for e in entries:
         mark = "OK " if e["usable"] else "!! "
         _out(f"{mark}{e['name']}  ({e['package']} {e['version']}, protocol "
              f"{e['protocol_version']}, priority {e['priority']})")
+        if e["description"]:
+            _out(f"    {e['description']}")
         _out(f"    state: {e['state']}")
         if not e["usable"]:
             _out(f"    reason: {e['reason']}")
@@ -377,6 +413,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             _out(f"    | {line}")
     for x in catalog().excluded:
         _out(f"excluded: {x}")
+    if not entries:
+        _out(f"!! {_no_provider_message()}")
+        return EXIT_FAILURE
     return EXIT_OK
 
 
@@ -641,13 +680,21 @@ class _Parser(argparse.ArgumentParser):
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # Recent argparse ignores a failed write of --help or --version; a closed stdout
+        # must end them as it ends every command (main), whatever the buffering.
+        stream = file if file is not None else sys.stderr
+        if message and stream is not None:
+            stream.write(message)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``onyxrt``."""
     parser = _Parser(prog="onyxrt", description="onyxrt: inspect providers, explain placement, "
                      "run, benchmark and compare ONNX models.",
-                     epilog="exit codes: 0 ok, 1 parity failure, 2 usage or input error, "
-                     "3 runtime error")
+                     epilog="exit codes: 0 ok, 1 a check failed (parity; no provider "
+                     "installed), 2 usage or input error, 3 runtime error, 141 stdout closed "
+                     "early (e.g. by head); see docs/cli.md")
     parser.add_argument("--version", action="version", version=f"onyxrt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -656,7 +703,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_providers)
 
-    p = sub.add_parser("doctor", help="every provider's probe in detail, with fixes")
+    p = sub.add_parser("doctor", help="every provider's probe in detail, with fixes (exit 1 "
+                       "when no provider is installed)")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("explain", help="where each node of a model runs (placement report)")
@@ -732,8 +780,38 @@ def _error(message: str, code: int) -> int:
     return code
 
 
+def _detach_stdout() -> None:
+    """Point stdout's file descriptor at the null device, so that flushing what is still
+    buffered at exit does not fail again (the recipe of Python's ``signal`` docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real descriptor (tests' capture)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``onyxrt`` script; returns the exit code."""
+    """Entry point of the ``onyxrt`` script; returns the exit code.
+
+    A reader that stops early (``onyxrt doctor | head -1``) ends every command quietly with
+    :data:`EXIT_BROKEN_PIPE`: no traceback, no message.
+    """
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # Write what is buffered now, where a closed pipe can be caught, not at
+            # interpreter exit (which would print "Exception ignored ... BrokenPipeError").
+            # Also after argparse's SystemExit (--help, --version).
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        _detach_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -747,6 +825,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(f"{type(exc).__name__}: {exc}", EXIT_RUNTIME)
     except KeyboardInterrupt:
         return _error("interrupted", 130)
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: main() ends quietly
     except Exception as exc:
         if os.environ.get("ONYXRT_CLI_TRACEBACK"):
             raise

@@ -82,6 +82,8 @@ from .protocol import SUPPORTED_PROTOCOL_VERSIONS, ExecutionProvider, ProbeResul
 __all__ = [
     "PLUGINS_ENV_VAR",
     "KNOWN_PROVIDER_NAMES",
+    "PROVIDER_PACKAGES",
+    "install_command",
     "PROBE_TIMEOUT_ENV_VAR",
     "PLUGIN_LOAD_TIMEOUT_ENV_VAR",
     "probe_timeout",
@@ -117,6 +119,16 @@ KNOWN_PROVIDER_NAMES = frozenset({
     "WebGpuExecutionProvider", "XnnpackExecutionProvider", "CANNExecutionProvider",
     "AzureExecutionProvider", "SimNPUExecutionProvider", CPU_PROVIDER,
 })
+#: The package of each provider onyxrt has one for, and the command that installs it. A
+#: name in :data:`KNOWN_PROVIDER_NAMES` without an entry is one onnxruntime has and onyxrt
+#: does not have yet.
+PROVIDER_PACKAGES: dict[str, tuple[str, str]] = {
+    "CUDAExecutionProvider": ("onyxrt-cuda", "pip install 'onyxrt-cuda[cuda12]' (CUDA 12) or "
+                                             "pip install 'onyxrt-cuda[cuda13]' (CUDA 13)"),
+    "ROCMExecutionProvider": ("onyxrt-rocm", "pip install onyxrt-rocm"),
+    "SimNPUExecutionProvider": ("onyxrt-simnpu", "pip install onyxrt-simnpu"),
+    CPU_PROVIDER: ("onyxrt-cpu", "pip install onyxrt-cpu"),
+}
 
 
 def _seconds_from_env(var: str, default: float) -> float:
@@ -256,6 +268,12 @@ def _declared_specs(hook: Callable[[], Any], package: str, version: str) -> list
 
 
 # -- what is installed --------------------------------------------------------------------
+
+
+def install_command(name: str) -> str:
+    """How to install the provider ``name``: ``"pip install onyxrt-rocm"``; '' when onyxrt
+    has no package for it (:data:`PROVIDER_PACKAGES`)."""
+    return PROVIDER_PACKAGES.get(name, ("", ""))[1]
 
 
 def provider_label(name: str) -> str:
@@ -687,12 +705,41 @@ class ProviderCatalog:
         return [n for n in self.names() if self.status(n).usable]
 
     def suggest(self, name: str) -> str:
-        """' Did you mean X?' for a misspelt provider name, or ''."""
+        """A hint to append to "``name`` is not installed." (with a leading space), or ''.
+
+        A name onnxruntime or onyxrt knows (:data:`KNOWN_PROVIDER_NAMES`) is spelled
+        right, only missing: the hint says which package provides it
+        (:data:`PROVIDER_PACKAGES`), that ``ONYXRT_PLUGINS`` excludes that package,
+        or that onyxrt has no such provider yet. Only another name can be a misspelling:
+        ``" Did you mean 'CUDAExecutionProvider'?"`` when an installed or known name is
+        close.
+
+        >>> catalog().suggest("TensorrtExecutionProvider")  # doctest: +SKIP
+        ' onyxrt has no TensorrtExecutionProvider yet (onnxruntime has it); installed ...'
+        """
+        if name in KNOWN_PROVIDER_NAMES:
+            return self._known_but_missing(name)
         # The shared "ExecutionProvider" suffix makes every pair of names look alike
         # (Foo... against CPU... scores 0.85), so only near-identical names are suggested.
         names = {n.lower(): n for n in self.names()}
+        names.update({n.lower(): n for n in KNOWN_PROVIDER_NAMES if n.lower() not in names})
         close = difflib.get_close_matches(name.lower(), list(names), n=1, cutoff=0.9)
-        return f" Did you mean {names[close[0]]!r}?" if close else ""
+        if not close:
+            return ""
+        hint = f" Did you mean {names[close[0]]!r}?"
+        if not self.provides(names[close[0]]):
+            hint += f" ({self._known_but_missing(names[close[0]]).strip()})"
+        return hint
+
+    def _known_but_missing(self, name: str) -> str:
+        if name not in PROVIDER_PACKAGES:
+            return (f" onyxrt has no {name} yet (onnxruntime has it); installed providers: "
+                    f"{', '.join(self.names()) or 'none'}.")
+        package, command = PROVIDER_PACKAGES[name]
+        # Entries of `excluded` read "<entry point> (<package>) excluded by ..." (_plan).
+        if any(f"({package})" in e for e in self.excluded):
+            return f" {package} provides it, but {PLUGINS_ENV_VAR} excludes that package."
+        return f" It is provided by {package}: {command}."
 
     def devices(self, name: str) -> list[Device]:
         """Devices of a usable provider, from an instance with default options."""

@@ -29,7 +29,7 @@ import onnx
 
 from . import model_config, symbolic_shapes
 from .devices import EpDevice
-from .discovery import CPU_PROVIDER, KNOWN_PROVIDER_NAMES, PLUGINS_ENV_VAR, catalog
+from .discovery import CPU_PROVIDER, KNOWN_PROVIDER_NAMES, PLUGINS_ENV_VAR, catalog, install_command
 from .dtypes import np_dtype, type_proto_string, type_string
 from .errors import (
     InvalidArgument,
@@ -96,15 +96,6 @@ if TYPE_CHECKING:
     from .memory_info import OrtMemoryInfo
 
 __all__ = ["InferenceSession", "NodeArg", "ModelMetadata", "ProviderFallbackWarning", "PlacementWarning"]
-
-#: Where users can get the providers this project ships, for "not installed" messages.
-_KNOWN_PACKAGES = {
-    "CUDAExecutionProvider": "onyxrt-cuda",
-    "ROCMExecutionProvider": "onyxrt-rocm",
-    "SimNPUExecutionProvider": "onyxrt-simnpu",
-    "CPUExecutionProvider": "onyxrt-cpu",
-}
-
 
 #: Function bodies may use operators that are functions themselves.
 _MAX_EXPANSION_ROUNDS = 4
@@ -600,11 +591,11 @@ class InferenceSession:
             # provides(), not names(): only the plugins up to the one that declares the
             # name are imported (a CPU-only session imports no third-party plugin).
             if not cat.provides(name):
-                package = _KNOWN_PACKAGES.get(name)
                 reason = f"{name} is not installed." + cat.suggest(name)
                 if cat.excluded:
                     reason += f" ({PLUGINS_ENV_VAR} excluded: {'; '.join(cat.excluded)})"
-                fix = f"pip install {package}" if package else "install the package that provides it"
+                # '' for a provider onyxrt has no package for (suggest() says so)
+                fix = install_command(name)
                 self._fallback(name, reason, fix, strict, fallbacks)
                 continue
             status = cat.status(name)

@@ -94,9 +94,14 @@ try:
     _native = importlib.import_module("onyxrt_cpu._native")
 except ImportError as exc:  # not built: no compiler at install time, or ONYXRT_CPU_PURE=1
     _native = None
+    # A plain reinstall does not bring the compiled build back: pip reuses the numpy-only
+    # wheel it built and cached (tagged for this platform, as a compiled one would be).
+    # Without the cache and with a compiler present it builds the extension again, or
+    # picks a binary wheel where one is published for this platform.
     UNAVAILABLE_REASON: str | None = (
-        f"onyxrt_cpu._native is not built ({exc}); reinstall onyxrt-cpu where a C compiler "
-        "is available for the compiled kernels"
+        f"onyxrt_cpu._native is not built ({exc}); to get the compiled kernels: pip install "
+        "--force-reinstall --no-cache-dir --no-deps onyxrt-cpu (pip compiles them where a C "
+        "compiler is present, or takes a binary wheel where one is published)"
     )
 else:
     UNAVAILABLE_REASON = None

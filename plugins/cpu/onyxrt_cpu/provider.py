@@ -19,7 +19,7 @@ from .malloc_tuning import ENV_VAR as MALLOC_ENV_VAR
 from .malloc_tuning import tune_malloc
 
 _NO_ARENA = ("the CPU provider keeps no arena: numpy allocates its buffers, and large ones are "
-             "reused through the C heap (onyxrt_cpu/malloc_tuning.py)")
+             "reused through the C heap (see docs/performance.md)")
 
 #: onnxruntime's CPU provider options (its arena settings, as libraries pass them:
 #: ``("CPUExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"})``). All are
@@ -65,9 +65,9 @@ class CPUExecutionProvider(KernelRegistryProvider):
             "numpy": numpy.__version__,
             "cpus": str(os.cpu_count()),
             "malloc": f"large buffers reused from the heap unless {MALLOC_ENV_VAR}=0 "
-                      "(see onyxrt_cpu/malloc_tuning.py)",
+                      "(see docs/performance.md)",
             "kernels": native.status(),
-            "threads": f"{pool_state()} (see onyxrt_cpu/blas_threads.py; {POOL_ENV_VAR}=0 opts out)",
+            "threads": f"{pool_state()} (see docs/performance.md; {POOL_ENV_VAR}=0 opts out)",
         })
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
