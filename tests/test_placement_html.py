@@ -4,6 +4,7 @@ after the script ran)."""
 
 from __future__ import annotations
 
+import html
 import os
 import shutil
 import subprocess
@@ -165,6 +166,59 @@ def test_node_tooltips_name_op_provider_and_refusals() -> None:
     assert page.count('class="group"') == len(sess.placement.groups)
 
 
+class _Outline(HTMLParser):
+    """Where the elements with an id start (offsets into the page), and which
+    ``<details>`` are open."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        lines = page.splitlines(keepends=True)
+        self._line_start = [0]
+        for line in lines:
+            self._line_start.append(self._line_start[-1] + len(line))
+        self.starts: dict[str, int] = {}
+        self.details: list[tuple[str, bool]] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        line, column = self.getpos()
+        if a.get("id"):
+            self.starts.setdefault(str(a["id"]), self._line_start[line - 1] + column)
+        if tag == "details":
+            self.details.append((str(a.get("id")), "open" in a))
+
+
+@needs_simnpu
+def test_summary_and_picture_come_before_the_detailed_lists() -> None:
+    sess = session(resnet_with_cpu_island(), [SIMNPU, CPU])
+    report = sess.placement
+    page = page_of(sess)
+    outline = _Outline(page)
+    starts = outline.starts
+    sections = ["details-report", "details-partitions", "details-nodes", "details-groups",
+                "details-copies", "details-refusals", "details-fallbacks"]
+    assert [d for d, _ in outline.details] == sections
+    assert not [d for d, is_open in outline.details if is_open], "details start collapsed"
+    first_detail = min(starts[d] for d in sections)
+    assert starts["placement-summary"] < starts["placement-graph"] < first_detail
+
+    # The summary is short: counts, not lists.
+    start = page.index('<div id="placement-summary">')
+    summary = page[start:page.index("\n", start)]
+    counts = Counter(n.provider for n in report.nodes)
+    assert f"{SIMNPU}</span>{counts[SIMNPU]} nodes" in summary
+    assert f"{CPU}</span>1 node<" in summary
+    assert (f"{len(report.nodes)} nodes &middot; {report.partitions} partitions &middot; "
+            f"{len(report.copies_per_run)} copies per run (28.0 KiB) &middot; "
+            "1 refusal (op: 1)") in summary
+    assert "fused group" not in summary and "abs" not in summary
+    # The full text report (every fused group, copy and refusal) is below the picture.
+    above, below = page[:starts["placement-graph"]], page[first_detail:]
+    for line in report.summary_lines():
+        assert html.escape(line) not in above and html.escape(line) in below, line
+
+
 def test_page_is_self_contained() -> None:
     page = page_of(session(small_resnet(), [CPU]))
     assert page.startswith("<!DOCTYPE html>")
@@ -229,8 +283,8 @@ def test_page_in_headless_chromium(case: str, tmp_path: Path) -> None:
     # (a) A screenshot, kept for people to look at.
     shot = artifacts_dir() / f"placement-{case}.png"
     shot.unlink(missing_ok=True)
-    # The graph fills the window's lower part (75vh); the partition bar and the flow below
-    # it, also in provider colours, stay out of the picture.
+    # The summary and the graph (75vh) fill the window; the partition bar and the flow, also
+    # in provider colours, sit collapsed below it, out of the picture.
     run_chromium(binary, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1200",
                  "--hide-scrollbars", url)
     assert shot.is_file(), f"Chromium wrote no screenshot at {shot}"

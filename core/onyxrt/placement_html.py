@@ -12,12 +12,17 @@ fused group, are drawn as one box ("5 nodes: Conv → Relu → …") that opens 
 a few hundred nodes stay readable. Every node keeps an element with ``data-node="<name>"``
 and a tooltip (op, provider, group, refusals).
 
+The page reads top down from the overview to the detail: a short summary (nodes per
+provider, partitions, copies, refusals; fallbacks spelled out), then the picture, then the
+full report, partitions and tables in collapsed ``<details>`` sections.
+
 >>> page = render_html(session.placement, graph, "placement")        # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import html
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -569,6 +574,13 @@ body { font-family: sans-serif; margin: 2em; color: #222; }
 .flow-node { display: inline-block; border: 1px solid #ccc; border-radius: 4px; margin: 4px;
         padding: 2px 6px; font-size: 90%; }
 .arrow { text-align: center; font-size: 150%; }
+#placement-summary { line-height: 1.9; }
+#placement-summary .count { margin-right: 14px; }
+.warning { color: #a40000; }
+details.section { margin: 0.4em 0; }
+details.section > summary { font-size: 125%; font-weight: bold; cursor: pointer; padding: 4px 0; }
+details.section[open] > summary { margin-bottom: 0.5em; }
+pre.report { white-space: pre-wrap; font-size: 90%; }
 table { border-collapse: collapse; margin-bottom: 1em; }
 td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
 .controls { margin: 6px 0; }
@@ -702,17 +714,66 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _plural(count: int, noun: str, nouns: str = "") -> str:
+    """``"1 node"``, ``"2 nodes"`` (``nouns`` for an irregular plural)."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def _summary(report: PlacementReport, colours: dict[str, str]) -> str:
+    """The page's opening: nodes per provider (doubling as the colour legend), then
+    partitions, copies and refusals counted; fallbacks and ineffective options in full,
+    since each means the session is not what was asked for."""
+    e = html.escape
+    per_provider = report.nodes_by_provider()
+    chips = "".join(
+        f'<span class="count"><span class="chip" style="background:{c}">{e(p)}</span>'
+        f"{_plural(len(per_provider.get(p, [])), 'node')}</span>"
+        for p, c in colours.items()
+    )
+    per_run = report.copies_per_run
+    copies = _plural(len(per_run), "copy", "copies") + " per run"
+    if per_run:
+        unknown = sum(1 for c in per_run if c.nbytes is None)
+        copies += f" ({_size(report.copy_bytes_per_run)}" + (
+            f", {unknown} of dynamic size)" if unknown else ")")
+    categories = ", ".join(
+        f"{cat}: {n}" for cat, n in Counter(r.category for r in report.refusals).items()
+    )
+    refusals = _plural(len(report.refusals), "refusal") + (f" ({categories})" if categories else "")
+    counts = [
+        _plural(len(report.nodes), "node"),
+        _plural(report.partitions, "partition"),
+        copies,
+        refusals,
+    ]
+    if report.specializations:
+        counts.append(_plural(len(report.specializations), "shape specialization"))
+    warnings = [f"fallback: {fb.provider} not used: {fb.reason}" for fb in report.fallbacks]
+    warnings += [f"option without effect: {note}" for note in report.option_notes]
+    return (
+        f'<div id="placement-summary"><div>{chips}</div>'
+        f'<div>{" &middot; ".join(e(c) for c in counts)}</div>'
+        + "".join(f'<div class="warning">{e(w)}</div>' for w in warnings)
+        + "</div>"
+    )
+
+
+def _section(key: str, title: str, body: str) -> str:
+    """A collapsed section of the details below the picture."""
+    return (f'<details class="section" id="{key}"><summary>{html.escape(title)}</summary>'
+            f"{body}</details>")
+
+
 def render_html(report: PlacementReport, graph: GraphLike, title: str) -> str:
     """A self-contained page (inline SVG, CSS and script; no network) showing ``report``.
 
+    The summary and the picture come first; the full text report, the partitions and the
+    tables of nodes, groups, copies, refusals and fallbacks follow as collapsed sections.
     ``graph`` gives the edges (the report holds nodes, not edges): pass the session's
     graph, whose node names are the report's. The result depends only on the arguments.
     """
     e = html.escape
     colours = provider_colours(report)
-    legend = "".join(
-        f'<span class="chip" style="background:{c}">{e(p)}</span>' for p, c in colours.items()
-    )
     keys = (
         f'<span class="key"><svg width="34" height="10"><line x1="0" y1="5" x2="34" y2="5" '
         f'stroke="{_COPY_COLOUR}" stroke-width="2.4" stroke-dasharray="6 3"/></svg> '
@@ -753,7 +814,7 @@ def render_html(report: PlacementReport, graph: GraphLike, title: str) -> str:
         f"</span></td><td>{e(n.group or '')}</td></tr>"
         for i, n in enumerate(report.nodes)
     )
-    summary = "<br>".join(e(line) for line in report.summary_lines())
+    text_report = e("\n".join(report.summary_lines()))
     groups = _table(
         ["group", "provider", "nodes", "inputs", "outputs"],
         [(g.name, g.provider, len(g.nodes), ", ".join(g.inputs), ", ".join(g.outputs))
@@ -770,13 +831,23 @@ def render_html(report: PlacementReport, graph: GraphLike, title: str) -> str:
                        for r in report.refusals])
     fallbacks = _table(["provider", "reason", "fix"],
                        [(f.provider, f.reason, f.fix) for f in report.fallbacks])
+    sections = [
+        _section("details-report", "Report as text", f'<pre class="report">{text_report}</pre>'),
+        _section("details-partitions",
+                 "Partitions in execution order", bar + "".join(flow)),
+        _section("details-nodes", f"Nodes ({len(report.nodes)})",
+                 "<table><tr><th>#</th><th>node</th><th>op</th><th>provider</th><th>group</th>"
+                 f"</tr>{node_rows}</table>"),
+        _section("details-groups", f"Fused groups ({len(report.groups)})", groups),
+        _section("details-copies", f"Copies ({len(report.copies)})", copies),
+        _section("details-refusals", f"Refusals ({len(report.refusals)})", refusals),
+        _section("details-fallbacks", f"Fallbacks ({len(report.fallbacks)})", fallbacks),
+    ]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
 <style>{_STYLE}</style></head><body>
 <h1>{e(title)}</h1>
-<p>{summary}</p>
-<p>{legend}</p>
-<h2>Graph</h2>
+{_summary(report, colours)}
 <p>{keys}</p>
 <div class="controls"><button id="graph-fit" type="button">fit</button><button
  id="graph-actual" type="button">1:1</button><button id="graph-expand"
@@ -784,20 +855,8 @@ def render_html(report: PlacementReport, graph: GraphLike, title: str) -> str:
  type="button">close all runs</button> <small>wheel: zoom &middot; drag: pan &middot;
  hover: details</small></div>
 {render_svg(report, graph)}
-<h2>Partitions (execution order)</h2>
-{bar}
-{"".join(flow)}
-<h2>Nodes</h2>
-<table><tr><th>#</th><th>node</th><th>op</th><th>provider</th><th>group</th></tr>{node_rows}
-</table>
-<h2>Fused groups</h2>
-{groups}
-<h2>Copies</h2>
-{copies}
-<h2>Refusals</h2>
-{refusals}
-<h2>Fallbacks</h2>
-{fallbacks}
+<h2>Details</h2>
+{"".join(sections)}
 <script>{_SCRIPT}</script>
 </body></html>
 """
