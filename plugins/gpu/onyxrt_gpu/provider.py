@@ -121,7 +121,8 @@ class GPUExecutionProvider(KernelRegistryProvider):
     # -- discovery ---------------------------------------------------------------------
     @classmethod
     def probe(cls) -> ProbeResult:
-        """CuPy of the right build importable and at least one device present."""
+        """CuPy 14+ of the right build importable, a device present, and a tiny kernel and
+        matmul compiled, run and checked on it (so a driver-only machine is not usable)."""
         return probe_cupy(cls.build, cls.name)
 
     def devices(self) -> Sequence[Device]:

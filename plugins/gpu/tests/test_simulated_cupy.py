@@ -170,6 +170,53 @@ def test_no_device_behaves_like_a_machine_without_gpu():
             cp.asarray(f32(3))
 
 
+def test_driver_version():
+    with install() as sim:
+        rt = sim.cupy.cuda.runtime
+        assert rt.driverGetVersion() == rt.runtimeGetVersion()
+    with install(driver_version=13000) as sim:
+        assert sim.cupy.cuda.runtime.driverGetVersion() == 13000
+    with install(driver_version=0) as sim:  # real CuPy's answer without a driver
+        assert sim.cupy.cuda.runtime.driverGetVersion() == 0
+
+
+def test_without_a_compiler_every_kernel_fails_as_in_cupy():
+    """Only the driver, no NVRTC: copies, views and bare allocations work; anything that
+    would compile a kernel raises CuPy's error and writes nothing."""
+    with install(missing_libraries=("compiler",)) as sim:
+        cp = sim.cupy
+        x = cp.asarray(np.arange(4, dtype=np.float32))
+        assert x.reshape(2, 2).shape == (2, 2) and x[1:].size == 3 and x.T.shape == (4,)
+        assert cp.zeros(3, np.float32).shape == (3,)
+        for compute in (lambda: x * 2, lambda: cp.exp(x), lambda: x.astype(np.float64),
+                        lambda: x.sum(), lambda: x.fill(7), lambda: cp.add(x, 1, out=x),
+                        lambda: x.__setitem__(0, 5), lambda: cp.ones(3)):
+            with pytest.raises(RuntimeError, match=r'Failure finding "libnvrtc\.so\.13 or libnvrtc\.so\.12"'):
+                compute()
+        with pytest.raises(RuntimeError, match="libnvrtc"):
+            x += 1
+        assert x.get().tolist() == [0, 1, 2, 3]
+    with install(hip=True, missing_libraries=("compiler",)) as sim, \
+            pytest.raises(ImportError, match="libhiprtc"):
+        sim.cupy.asarray(f32(2)) + 1
+
+
+def test_without_blas_matmuls_fail_as_in_cupy():
+    with install(missing_libraries=("blas",)) as sim:
+        cp = sim.cupy
+        a = cp.asarray(f32(2, 2))
+        assert (a + 1).shape == (2, 2)
+        for multiply in (lambda: cp.matmul(a, a), lambda: a @ a, lambda: a.dot(a),
+                         lambda: cp.einsum("ij,jk->ik", a, a)):
+            with pytest.raises(ImportError, match=r"libcublas\.so\.12: cannot open shared object file"):
+                multiply()
+    with install(hip=True, missing_libraries=("blas",)) as sim, \
+            pytest.raises(ImportError, match="libhipblas"):
+        sim.cupy.matmul(sim.cupy.asarray(f32(2, 2)), sim.cupy.asarray(f32(2, 2)))
+    with pytest.raises(ValueError, match="unknown libraries"):
+        install(missing_libraries=("cudnn",))
+
+
 # ------------------------------------------------------------------ memory
 
 

@@ -2,7 +2,7 @@
 
 :func:`install` puts simulated modules into ``sys.modules`` under ``cupy``, ``cupy.cuda``,
 ``cupy.cuda.runtime``, ``cupy.cuda.memory``, ``cupy.lib``, ``cupy.lib.stride_tricks``,
-``cupyx``, ``cupyx.scipy`` and ``cupyx.scipy.special`` (restoring whatever was there on
+``cupy.linalg``, ``cupy.fft``, ``cupyx``, ``cupyx.scipy`` and ``cupyx.scipy.special`` (restoring whatever was there on
 exit)::
 
     with install(hip=False, device_count=1, memory_bytes=1 << 30) as sim:
@@ -29,7 +29,11 @@ What it simulates, strictly:
   arena own the bytes; out-of-bounds and misaligned views are refused.
 * **Runtime**: devices (``Device``, ``getDeviceCount``, ``mem_info``), streams, events,
   pinned host memory, ``is_hip`` (the ``hip`` flag); ``device_count=0`` makes
-  ``getDeviceCount`` raise ``CUDARuntimeError`` like a machine without a device.
+  ``getDeviceCount`` raise ``CUDARuntimeError`` like a machine without a device;
+  ``driverGetVersion`` returns ``driver_version``.
+* **Missing libraries**: ``missing_libraries=("compiler",)`` (no NVRTC/hiprtc) makes every
+  operation that would run a compiled kernel raise CuPy's error, ``("blas",)`` (no
+  cuBLAS/hipBLAS) every matmul/dot/einsum: a machine with only the driver.
 * **Math**: the cupy functions the GPU kernels call (and only names real CuPy has),
   computed with numpy on the device buffers under numpy's (NEP 50) dtype rules, results
   written to newly allocated simulated device memory. Functions that return views in
@@ -59,7 +63,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -74,6 +78,8 @@ MODULE_NAMES = (
     "cupy.cuda.memory",
     "cupy.lib",
     "cupy.lib.stride_tricks",
+    "cupy.linalg",
+    "cupy.fft",
     "cupyx",
     "cupyx.scipy",
     "cupyx.scipy.special",
@@ -93,6 +99,26 @@ _IMPLICIT = (
 )
 
 _ACTIVE: list[SimulatedCupy] = []
+
+
+class _LibraryNotFoundError(RuntimeError):
+    """What CuPy 14 raises when cuda-pathfinder finds no NVRTC
+    (``cuda.pathfinder.DynamicLibNotFoundError``, a ``RuntimeError``)."""
+
+
+#: The error real CuPy raises when a library is missing: library → {is_hip: (type, message)}.
+_LIBRARY_ERRORS: dict[str, dict[bool, tuple[type[Exception], str]]] = {
+    "compiler": {
+        False: (_LibraryNotFoundError,
+                'Failure finding "libnvrtc.so.13 or libnvrtc.so.12": No such file: '
+                "libnvrtc.so.13 or libnvrtc.so.12\n"),
+        True: (ImportError, "libhiprtc.so.7: cannot open shared object file: No such file or directory"),
+    },
+    "blas": {
+        False: (ImportError, "libcublas.so.12: cannot open shared object file: No such file or directory"),
+        True: (ImportError, "libhipblas.so.3: cannot open shared object file: No such file or directory"),
+    },
+}
 
 
 def _sim() -> SimulatedCupy:
@@ -934,14 +960,49 @@ def _unwrap(sim: SimulatedCupy, x: Any, srcs: list[ndarray]) -> Any:
     return x
 
 
+#: Operations real CuPy runs through cuBLAS/hipBLAS (the others that compute run a kernel
+#: compiled with NVRTC/hiprtc).
+_BLAS_OPS = frozenset({"matmul", "dot", "einsum"})
+#: Operations that only allocate or zero memory (cudaMalloc/cudaMemset: nothing compiled).
+_NO_KERNEL_OPS = frozenset({"empty", "zeros", "empty_like", "zeros_like"})
+#: Operations writing into an existing array (a kernel, though the result is an input).
+_IN_PLACE_OPS = frozenset({"_setitem", "fill", "copyto"})
+
+
+def _is_view(r: Any, srcs: list[ndarray]) -> bool:
+    """Whether a numpy result only looks at the inputs' memory (no kernel ran)."""
+    if isinstance(r, (tuple, list)):
+        return bool(r) and all(_is_view(v, srcs) for v in r)
+    if not isinstance(r, np.ndarray):
+        return False
+    if r.size == 0:
+        return True
+    addr = r.__array_interface__["data"][0]
+    mems: list[Any] = [s._ptr.mem for s in srcs]
+    return any(m.size and m.ptr <= addr < m.ptr + m.size for m in mems)
+
+
 def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run ``func`` (a numpy function) as a device operation."""
+    """Run ``func`` (a numpy function) as a device operation.
+
+    As in CuPy, an operation needing a library the simulation lacks (``missing_libraries``)
+    fails before it writes anything: matmul-like operations need the BLAS library, every
+    other operation that computes (not a view, not a bare allocation) a compiled kernel.
+    """
     sim = _sim()
     srcs: list[ndarray] = []
     a = [_unwrap(sim, v, srcs) for v in args]
     k = {key: _unwrap(sim, v, srcs) for key, v in kwargs.items()}
+    name = getattr(func, "__name__", "")
+    if name in _BLAS_OPS:
+        sim._require("blas")
+    elif name in _IN_PLACE_OPS or "out" in kwargs:
+        sim._require("compiler")
     with np.errstate(all="ignore"):
         r = func(*a, **k)
+    if name not in _BLAS_OPS | _NO_KERNEL_OPS | _IN_PLACE_OPS and "out" not in kwargs \
+            and not _is_view(r, srcs):
+        sim._require("compiler")
     sim._count("launches")
     return _wrap_result(sim, r, srcs)
 
@@ -1724,7 +1785,7 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
             "setDevice": sim._set_device,
             "deviceSynchronize": sim._device_synchronize,
             "runtimeGetVersion": sim._runtime_version,
-            "driverGetVersion": sim._runtime_version,
+            "driverGetVersion": sim._driver_version,
             "memGetInfo": sim._mem_get_info,
             "getDeviceProperties": sim._device_properties,
         },
@@ -1908,10 +1969,23 @@ class SimulatedCupy:
     ``pinned_bytes_in_use``; :meth:`counters` returns everything as a dict.
     """
 
-    def __init__(self, *, hip: bool = False, device_count: int = 1, memory_bytes: int = 8 << 30) -> None:
+    def __init__(
+        self, *, hip: bool = False, device_count: int = 1, memory_bytes: int = 8 << 30,
+        missing_libraries: Iterable[str] = (), driver_version: int | None = None,
+    ) -> None:
         if device_count < 0:
             raise ValueError("device_count must be >= 0")
+        unknown = set(missing_libraries) - set(_LIBRARY_ERRORS)
+        if unknown:
+            raise ValueError(f"unknown libraries {sorted(unknown)}; known: {sorted(_LIBRARY_ERRORS)}")
         self.hip = bool(hip)
+        #: Libraries this "machine" lacks: ``"compiler"`` (NVRTC/hiprtc: every computing
+        #: operation fails) and ``"blas"`` (cuBLAS/hipBLAS: matmul, dot, einsum fail),
+        #: with the errors real CuPy raises. A plain attribute: tests may change it.
+        self.missing_libraries = frozenset(missing_libraries)
+        #: What ``driverGetVersion`` returns (default: the runtime's version; 0: no driver).
+        self.driver_version = (_HIP_RUNTIME_VERSION if hip else _CUDA_RUNTIME_VERSION) \
+            if driver_version is None else int(driver_version)
         self.device_count = int(device_count)
         self.memory_bytes = int(memory_bytes)
         self._lock = threading.RLock()
@@ -2084,6 +2158,12 @@ class SimulatedCupy:
             )
         return p
 
+    def _require(self, library: str) -> None:
+        """Raise what real CuPy raises when ``library`` cannot be loaded."""
+        if library in self.missing_libraries:
+            exc_type, message = _LIBRARY_ERRORS[library][self.hip]
+            raise exc_type(message)
+
     # runtime functions bound to this simulation
     def _get_device_count(self) -> int:
         if not self._devices:
@@ -2100,6 +2180,9 @@ class SimulatedCupy:
 
     def _runtime_version(self) -> int:
         return _HIP_RUNTIME_VERSION if self.hip else _CUDA_RUNTIME_VERSION
+
+    def _driver_version(self) -> int:
+        return self.driver_version
 
     def _mem_get_info(self) -> tuple[int, int]:
         st = self._current_device_state()
@@ -2123,14 +2206,21 @@ class SimulatedCupy:
         return props
 
 
-def install(*, hip: bool = False, device_count: int = 1, memory_bytes: int = 8 << 30) -> SimulatedCupy:
+def install(
+    *, hip: bool = False, device_count: int = 1, memory_bytes: int = 8 << 30,
+    missing_libraries: Iterable[str] = (), driver_version: int | None = None,
+) -> SimulatedCupy:
     """A simulated CuPy, installed into ``sys.modules`` while used as a context manager.
 
     ``hip`` simulates CuPy's ROCm build (``cupy.cuda.runtime.is_hip``); ``device_count``
     devices of ``memory_bytes`` each (0 devices: ``getDeviceCount`` raises
-    ``CUDARuntimeError`` as on a machine without a GPU).
+    ``CUDARuntimeError`` as on a machine without a GPU). ``missing_libraries``
+    (``"compiler"``, ``"blas"``) simulates a machine with only the driver: kernels or
+    matmuls then fail as in real CuPy. ``driver_version`` is what ``driverGetVersion``
+    returns (``13000`` for a CUDA 13 driver; default: the runtime's version).
     """
-    return SimulatedCupy(hip=hip, device_count=device_count, memory_bytes=memory_bytes)
+    return SimulatedCupy(hip=hip, device_count=device_count, memory_bytes=memory_bytes,
+                         missing_libraries=missing_libraries, driver_version=driver_version)
 
 
 def simulated(**kwargs: Any) -> Iterator[SimulatedCupy]:
