@@ -16,6 +16,7 @@ a fresh clone needs nothing but Python and nox.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -268,12 +269,20 @@ RELEASE_TOOLS = ["build>=1.2", "twine>=6", "check-wheel-contents>=0.6", "auditwh
 
 
 def _interpreter(version: str) -> str | None:
-    """A CPython ``version`` interpreter on this machine: on PATH, else pyenv's."""
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
-    pyenv = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
-    return str(pyenv[-1]) if pyenv else None
+    """A CPython ``version`` interpreter on this machine that runs: on PATH, else pyenv's
+    (pyenv's shims are on PATH for every installed version but run only the selected ones)."""
+    candidates = [shutil.which(f"python{version}"),
+                  *map(str, sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"),
+                                   reverse=True))]
+    for python in filter(None, candidates):
+        try:
+            ran = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=60)
+        except OSError:
+            continue
+        if ran.returncode == 0 and ran.stdout.strip() == version:
+            return python
+    return None
 
 
 _WHEEL_CHECK = """
