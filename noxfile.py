@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -113,6 +114,9 @@ def tests(session: nox.Session) -> None:
     session.notify("cpu_pure")
     session.notify("docs")
     session.notify("template")
+    # The release artifacts, built and installed as users get them, for this Python only
+    # (all of WHEEL_PYTHONS: `nox -s wheels`, ~10 minutes).
+    session.notify("wheels", posargs=[f"{sys.version_info.major}.{sys.version_info.minor}"])
 
 
 @nox.session
