@@ -483,3 +483,15 @@ def test_parity_unknown_provider_exits_2(cnn_path: str) -> None:
     assert proc.returncode == 2
     assert "NoSuchExecutionProvider" in proc.stderr
     assert_no_traceback(proc)
+
+
+def test_help_and_provider_reports_point_at_docs_not_source_files():
+    """Users read docs, not the package's source: no ``something.py`` in --help, in the
+    providers report or in doctor's probe details (they name docs/*.md instead)."""
+    import re
+
+    source_file = re.compile(r"\b[\w/]+\.py\b")
+    for args in (["--help"], ["providers", "--format", "json"], ["doctor"]):
+        out = cli(*args)
+        assert out.returncode == 0, out.stderr
+        assert not source_file.findall(out.stdout), (args, source_file.findall(out.stdout))
