@@ -8,7 +8,7 @@ move it; ``numpy()`` copies it to the host through that provider's data transfer
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,7 +19,8 @@ from .errors import InvalidArgument
 from .protocol import ExecutionProvider
 
 __all__ = [
-    "OrtValue", "OrtValueVector", "SparseValue", "copy_tensors", "resolve_device_provider", "dlpack_importable",
+    "InPlaceTransfer", "OrtValue", "OrtValueVector", "SparseValue", "copy_tensors", "resolve_device_provider",
+    "dlpack_importable",
 ]
 
 _HOST = Device("cpu", "host")
@@ -33,6 +34,17 @@ def resolve_device_provider(device_type: str, device_id: int = 0) -> ExecutionPr
     (:meth:`~onyxrt.discovery.ProviderCatalog.device_provider`).
     """
     return catalog().device_provider(device_type, device_id)
+
+
+@runtime_checkable
+class InPlaceTransfer(Protocol):
+    """A data transfer that can also write into an existing device value (the GPU's):
+    what lets a preallocated device ``OrtValue`` (``bind_ortvalue_output``,
+    ``update_inplace``) keep its memory, so the arrays that share it through DLPack or a
+    raw pointer see the result. Transfers without it replace the held value instead."""
+
+    def copy_into(self, value: Any, target: Any, src: Device, dst: Device) -> None:
+        """Write ``value`` (on ``src``) into ``target`` (on ``dst``), same shape and dtype."""
 
 
 class SparseValue:
@@ -285,12 +297,31 @@ class OrtValue:
         return self._provider.data_transfer().copy(self._value, self._provider.device, _HOST)
 
     def update_inplace(self, array: Any) -> None:
-        """Overwrite the tensor's contents with ``array`` (same shape and dtype)."""
+        """Overwrite the tensor's contents with ``array`` (same shape and dtype); a device
+        tensor keeps its memory where its provider can write into it (the GPU's)."""
         src = np.asarray(array)
         if self._provider is None:
             np.copyto(self._value, src)
         else:
-            self._value = self._provider.data_transfer().copy(src, _HOST, self._provider.device)
+            self.write_from(src, _HOST)
+
+    def write_from(self, value: Any, src: Device) -> None:
+        """Overwrite this device tensor with ``value``, which lives on ``src`` (the host or
+        this tensor's device; same shape and dtype, checked by the caller). The memory is
+        kept (whatever shares it through DLPack sees the result) when the provider's data
+        transfer is an :class:`InPlaceTransfer`; otherwise the held value is replaced."""
+        provider = self._provider
+        if provider is None or provider.device.is_host:
+            np.copyto(self._value, value if src.is_host else np.asarray(value))
+            return
+        transfer = provider.data_transfer()
+        dst = provider.device
+        if isinstance(transfer, InPlaceTransfer) and transfer.can_copy(src, dst):
+            transfer.copy_into(value, self._value, src, dst)
+        elif src.memory_space == dst.memory_space:
+            self._value = value
+        else:
+            self._value = transfer.copy(value, src, dst)
 
     # -- DLPack ------------------------------------------------------------------------
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:

@@ -279,6 +279,11 @@ class ExecutionProvider(abc.ABC):
         the session serialises its runs."""
         return True
 
+    def on_session_created(self) -> None:
+        """Called once when a session whose plan uses this provider has been created (its
+        kernels built, its constants placed): the place to wait for work queued during
+        creation, such as asynchronous weight uploads."""
+
     def on_run_start(self, run_options: Any) -> None:
         """Called before each run that uses this provider."""
 

@@ -29,7 +29,14 @@ import onnx
 
 from . import model_config, symbolic_shapes
 from .devices import EpDevice
-from .discovery import CPU_PROVIDER, KNOWN_PROVIDER_NAMES, PLUGINS_ENV_VAR, catalog, install_command
+from .discovery import (
+    CPU_PROVIDER,
+    KNOWN_PROVIDER_NAMES,
+    PLUGINS_ENV_VAR,
+    catalog,
+    install_command,
+    provider_label,
+)
 from .dtypes import np_dtype, type_proto_string, type_string
 from .errors import (
     InvalidArgument,
@@ -278,7 +285,23 @@ class InferenceSession:
         self._check_cancelled()
         self._build(requested, instances, fallbacks)
         self._specializer = self._shape_specializer(providers, provider_options)
+        self._session_created()
         self._profiler.session_event("session_initialization", t1, time.perf_counter())
+
+    def _session_created(self) -> None:
+        """Tell every provider the plan uses that the session is built (a GPU waits here
+        once for the weights it uploaded asynchronously)."""
+        for provider in self._plan.used_providers:
+            try:
+                provider.on_session_created()
+            except OnyxError:
+                raise
+            except Exception as exc:
+                raise ProviderError(
+                    f"{provider_label(provider.name)}.on_session_created failed: "
+                    f"{type(exc).__name__}: {exc}",
+                    provider.name,
+                ) from exc
 
     def _shape_specializer(
         self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None
@@ -807,15 +830,24 @@ class InferenceSession:
                 self._check_device_feed(name, value)
                 device_feeds[name] = (value.value, holder)
         feeds = self._check_feeds(host_inputs, also_given=device_feeds)
+        # Outputs bound to a device (a device name, or a preallocated device buffer) stay
+        # where their producer leaves them when it is that device's memory: no round trip
+        # through the host, and a preallocated buffer is filled device to device.
         keep = {}
         for name in names:
             binding = bound_out.get(name)
-            if binding is None or binding.target is not None or binding.device_type == "cpu":
+            if binding is None:
+                continue
+            if binding.target is not None:
+                holder = binding.target_on_device()
+            elif binding.device_type != "cpu":
+                holder = resolve_device_provider(binding.device_type, binding.device_id)
+            else:
+                continue
+            if holder is None:
                 continue
             _, owner = self._plan.output_slots[name]
-            producer = self._providers[owner]
-            target = resolve_device_provider(binding.device_type, binding.device_id)
-            keep[name] = target is not None and target.device.memory_space == producer.device.memory_space
+            keep[name] = holder.device.memory_space == self._providers[owner].device.memory_space
         values = self._execute(feeds, names, run_options, keep, device_feeds)
         results: list[OrtValue] = []
         for name, value in zip(names, values):
@@ -823,9 +855,8 @@ class InferenceSession:
             if binding is None or binding.device_type == "cpu" and binding.target is None:
                 results.append(OrtValue(value))
             elif binding.target is not None:
-                _check_preallocated(name, binding.target, value)
-                binding.target.update_inplace(value)
-                results.append(binding.target)
+                producer = self._providers[self._plan.output_slots[name][1]] if keep.get(name) else None
+                results.append(binding.fill(name, value, producer))
             elif keep.get(name):
                 results.append(OrtValue(value, self._providers[self._plan.output_slots[name][1]]))
             else:
@@ -1256,19 +1287,6 @@ def _sentence(text: str) -> str:
     """``text`` ending with a full stop (reasons are joined with a following 'Fix: ...')."""
     text = text.rstrip()
     return text if text.endswith((".", "?", "!", ")")) else text + "."
-
-
-def _check_preallocated(name: str, target: OrtValue, value: Any) -> None:
-    """A bound output buffer must have the output's exact shape and type (no broadcast,
-    no cast), as onnxruntime requires."""
-    arr = np.asarray(value)
-    shape, dtype = target.shape(), target.numpy_dtype()
-    if list(arr.shape) != list(shape) or arr.dtype != dtype:
-        raise InvalidArgument(
-            f"output {name!r}: the bound buffer is {type_name(dtype)} {list(shape)}, "
-            f"but the output is {type_name(arr.dtype)} {list(arr.shape)}; bind a "
-            "buffer of the output's shape and type, or bind the output to a device instead"
-        )
 
 
 def _parse_pins(text: str) -> dict[str, str]:

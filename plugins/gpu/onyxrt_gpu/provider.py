@@ -117,6 +117,9 @@ class GPUExecutionProvider(KernelRegistryProvider):
             self.cupy, self.memory_prefix, self.allocation_scope,
             bool(self.options["do_copy_in_default_stream"]),
         )
+        # Constants upload asynchronously while kernels are created; True once the device
+        # has been waited for after the last of them (see on_session_created).
+        self._uploads_settled = True
 
     # -- discovery ---------------------------------------------------------------------
     @classmethod
@@ -149,7 +152,17 @@ class GPUExecutionProvider(KernelRegistryProvider):
         """Build the kernel on this device (constants upload into the arena)."""
         with self.allocation_scope():
             inner = super().create_kernel(node, info)
+        # The kernel's constants, and the weights the plan copies for it, are queued
+        # uploads: the session must not count as created before they have landed.
+        self._uploads_settled = False
         return _DeviceKernel(inner, self)
+
+    # -- creation and runs -----------------------------------------------------------------
+    def on_session_created(self) -> None:
+        """Wait once for the weights uploaded while the session was created (a session's
+        creation time then includes them, and nothing reads a half-copied weight)."""
+        if not self._uploads_settled:
+            self.sync()
 
     def allocation_scope(self) -> AbstractContextManager[Any]:
         """A context: this device current, the arena as CuPy's allocator."""
@@ -169,13 +182,26 @@ class GPUExecutionProvider(KernelRegistryProvider):
         with self.cupy.cuda.Device(self.device_id):
             return self.cupy.from_dlpack(obj)
 
+    def from_pointer(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """A CuPy array over ``shape``/``dtype`` device memory at ``ptr`` on this device
+        (``IOBinding.bind_input``/``bind_output`` with ``buffer_ptr``), without a copy.
+
+        The memory stays its owner's (a torch tensor, a CuPy array): the caller keeps it
+        alive while the binding is used, as with onnxruntime. Raises ``ValueError`` when
+        CuPy rejects the pointer."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        cp = self.cupy
+        memory = cp.cuda.UnownedMemory(int(ptr), nbytes, None, self.device_id)
+        return cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(memory, 0))
+
     def describe(self, value: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
         """Shape and dtype of a CuPy array."""
         return tuple(value.shape), np.dtype(value.dtype)
 
     def sync(self) -> None:
-        """Wait for the device."""
+        """Wait for the device (creation's uploads included)."""
         self.cupy.cuda.Device(self.device_id).synchronize()
+        self._uploads_settled = True
 
 
 def _is_shape_arithmetic(graph: Graph, node: Node) -> bool:

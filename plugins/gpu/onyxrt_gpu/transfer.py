@@ -4,7 +4,9 @@ Every copy is counted (``host_to_device``, ``device_to_host``, ``device_to_devic
 their bytes) so tests and users can check that a run moved exactly what the placement
 report predicts. Device allocations made by a copy come from the provider's arena.
 ``do_copy_in_default_stream=False`` puts copies on a stream of their own (synchronised
-before the value is used), as onnxruntime's option does.
+before the value is used), as onnxruntime's option does. :meth:`CupyTransfer.copy_into`
+writes into an existing device array (a preallocated IOBinding output), so whatever
+shares its memory (a torch tensor or CuPy array through DLPack) sees the result.
 """
 
 from __future__ import annotations
@@ -85,6 +87,22 @@ class CupyTransfer:
         self.counts.add("h2d" if src.is_host else "d2d", int(array.nbytes))
         with cp.cuda.Device(dst.device_id), self.scope():
             return self._on_copy_stream(lambda: cp.asarray(array))
+
+    def copy_into(self, value: Any, target: Any, src: Device, dst: Device) -> None:
+        """Write ``value`` (on ``src``: the host or one of our GPUs) into the existing
+        device array ``target`` on ``dst``, in place: a host→device copy into it, or a
+        device→device copy (``cupy.copyto``). The caller checks that shape and dtype
+        match; ``target`` keeps its memory, so its DLPack views see the new contents."""
+        cp = self.cupy
+        if src.is_host:
+            array = np.ascontiguousarray(value)
+            self.counts.add("h2d", int(array.nbytes))
+            with cp.cuda.Device(dst.device_id):
+                self._on_copy_stream(lambda: target.set(array))
+            return
+        self.counts.add("d2d", int(value.nbytes))
+        with cp.cuda.Device(dst.device_id):
+            self._on_copy_stream(lambda: cp.copyto(target, value))
 
     def _on_copy_stream(self, fn: Callable[[], Any]) -> Any:
         if self.default_stream:

@@ -44,7 +44,8 @@ Test-only statistics live on the :class:`SimulatedCupy` object, outside the cupy
 namespace: ``h2d``/``d2h``/``d2d`` copy counts and ``*_bytes``, ``allocations`` (raw
 device allocations), ``allocator_calls``, ``launches`` (device operations),
 ``synchronizations``, ``bytes_in_use(device)``, ``peak_bytes(device)``,
-``pinned_bytes_in_use`` and :meth:`SimulatedCupy.counters` for a snapshot.
+``pinned_bytes_in_use`` and :meth:`SimulatedCupy.counters` for a snapshot;
+:meth:`SimulatedCupy.record_events` lists copies, launches and synchronizations in order.
 
 The surface test (``plugins/gpu/tests/test_simulated_cupy.py``) checks every public name
 defined here against the real ``cupy`` package, so a kernel cannot come to depend on an
@@ -1952,6 +1953,10 @@ _COUNTERS = (
 )  # fmt: skip
 
 
+#: The counters :meth:`SimulatedCupy.record_events` records, and their event names.
+_EVENT_NAMES = {"launches": "launch", "synchronizations": "synchronize"}
+
+
 class SimulatedCupy:
     """One simulated CuPy installation: its modules, devices and test-only statistics.
 
@@ -1966,7 +1971,8 @@ class SimulatedCupy:
     * ``synchronizations``: stream/device/event synchronizations.
 
     Memory: :meth:`bytes_in_use`, :meth:`peak_bytes`, :meth:`reset_peak`,
-    ``pinned_bytes_in_use``; :meth:`counters` returns everything as a dict.
+    ``pinned_bytes_in_use``; :meth:`counters` returns everything as a dict. Order:
+    :meth:`record_events`.
     """
 
     def __init__(
@@ -1997,6 +2003,7 @@ class SimulatedCupy:
         self._allocator: Callable[[int], MemoryPointer] | None = self._pool.malloc
         self._pinned_pool = PinnedMemoryPool()
         self.pinned_bytes_in_use = 0
+        self._events: list[str] | None = None
         self.reset_counters()
         self.modules = _build_modules(self)
         self._saved: dict[str, types.ModuleType | None] | None = None
@@ -2060,6 +2067,27 @@ class SimulatedCupy:
             out["pinned_bytes_in_use"] = self.pinned_bytes_in_use
         return out
 
+    @contextlib.contextmanager
+    def record_events(self) -> Iterator[list[str]]:
+        """Record, in order, what the counters only count: each copy (``"h2d"``,
+        ``"d2h"``, ``"d2d"``), ``"launch"`` and ``"synchronize"``, while the block runs
+        (ordering checks: weights uploaded, then one synchronization)::
+
+            with sim.record_events() as events:
+                ...
+            assert events.index("synchronize") > max(i for i, e in enumerate(events) if e == "h2d")
+        """
+        with self._lock:
+            if self._events is not None:
+                raise RuntimeError("record_events is already recording")
+            events: list[str] = []
+            self._events = events
+        try:
+            yield events
+        finally:
+            with self._lock:
+                self._events = None
+
     @property
     def default_pool(self) -> MemoryPool:
         """The pool behind the default allocator."""
@@ -2071,10 +2099,14 @@ class SimulatedCupy:
             return
         with self._lock:
             setattr(self, name, getattr(self, name) + n)
+            if self._events is not None and name in _EVENT_NAMES:
+                self._events.extend([_EVENT_NAMES[name]] * n)
 
     def _transfer(self, kind: str, nbytes: int) -> None:
         with self._lock:
             setattr(self, kind, getattr(self, kind) + 1)
+            if self._events is not None:
+                self._events.append(kind)
             setattr(self, kind + "_bytes", getattr(self, kind + "_bytes") + int(nbytes))
 
     def _pinned(self, nbytes: int) -> None:
