@@ -434,6 +434,79 @@ def conformance(session: nox.Session) -> None:
     session.run("python", "-m", "onyxrt.testing.conformance", *session.posargs)
 
 
+GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
+#: Installed beside the GPU packages: pytest (the GPU-marked tests) and the test sessions' onnx
+#: pin (the node cases the conformance phase counts come with onnx).
+GPU_CHECK_PINS = [r for r in TEST_REQUIREMENTS if r.startswith(("pytest>", "onnx=="))]
+
+
+def _gpu_check_plan():
+    """benchmarks/gpu_check.py as a module: its install plan is stdlib only, read before
+    anything is installed (one list for the session, the docs and the tests)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", GPU_CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """The GPU check on a machine with an NVIDIA GPU, in one command: install onyxrt with its
+    CPU, GPU and CUDA providers (the CuPy extra for the driver's CUDA major), pytest and
+    onnxruntime-gpu, then run benchmarks/gpu_check.py (every phase, 9 minutes at most) and
+    print its report. Without a usable GPU it installs, says why, and exits with status 2.
+
+        nox -s gpu                                  # from PyPI
+        nox -s gpu -- --print-requirements          # what to download for offline use
+        nox -s gpu -- --wheels DIR                  # offline, from a folder of wheels
+        nox -s gpu -- --cuda 13 --skip timing       # other arguments go to gpu_check.py
+        nox -s gpu -- --dry-run                     # install and probe only
+    """
+    import argparse
+
+    plan = _gpu_check_plan()
+    parser = argparse.ArgumentParser(prog="nox -s gpu --", add_help=False)
+    parser.add_argument("--wheels", type=Path, help="install offline from this folder of wheels")
+    parser.add_argument("--cuda", type=int, choices=plan.CUDA_MAJORS, help="CUDA major (default: the driver's)")
+    parser.add_argument("--print-requirements", action="store_true")
+    args, check_args = parser.parse_known_args(session.posargs)
+    if args.cuda:
+        major, found = args.cuda, "--cuda"
+    else:
+        driver, found = plan.driver_cuda_major()
+        try:
+            major = plan.cuda_extra_major(driver)
+        except ValueError as exc:
+            session.error(str(exc))
+    requirements = plan.install_requirements(major, GPU_CHECK_PINS)
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if args.print_requirements:
+        print(plan.describe_install(major, found, requirements, python))
+        return
+    session.log(f"CUDA {major} ({found}): onyxrt-cuda[cuda{major}], {plan.ONNXRUNTIME_GPU[major]}")
+    wheels = None
+    if args.wheels:
+        wheels = args.wheels.resolve()
+        if not wheels.is_dir():
+            session.error(f"--wheels {args.wheels}: no such folder (fill it with the command "
+                          "`nox -s gpu -- --print-requirements` prints)")
+    # A reused env may hold the other CUDA major's CuPy: two builds of the `cupy` module
+    # break each other (docs/gpu.md, "Installing").
+    other = [f"cupy-cuda{m}x" for m in plan.CUDA_MAJORS if m != major]
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", *other, "onnxruntime", silent=True)
+    session.install(*plan.pip_install_args(requirements, wheels))
+    try:
+        session.run("python", str(GPU_CHECK), *check_args)
+    except nox.command.CommandFailed as failed:
+        if failed.return_code == plan.NO_GPU_STATUS:
+            session.log(f"installed; no usable GPU: see the reason above (exit status {plan.NO_GPU_STATUS})")
+            # nox's own failure status is 1; this one tells "no device" from a broken install.
+            raise SystemExit(plan.NO_GPU_STATUS) from None
+        raise
+
+
 @nox.session
 def exports(session: nox.Session) -> None:
     """Real exports with torch (transformers' BERT-base, GPT-2, ViT, MobileNetV2 with TF

@@ -18,15 +18,26 @@ exits with status 2. The phases, each bounded in time:
   BERT-base, GPT-2) at batch 1 and 8 on onyxrt's CUDA provider, on onyxrt's CPU provider and
   on onnxruntime with its best installed provider, each in its own process.
 
-Phases that run out of time report what they finished.
+Phases that run out of time report what they finished; all of them together end within
+``--budget-seconds`` (9 minutes by default). ``--dry-run`` probes the device and stops.
+
+``nox -s gpu`` installs what this needs (the CuPy build for the driver's CUDA major, pytest,
+onnxruntime-gpu), from PyPI or offline from a folder of wheels, then runs it: the functions
+under "what to install" below are its plan (docs/gpu.md, "The GPU check").
+
+Exit statuses: 0 the check ran (or, with ``--dry-run``, a usable device was found); 2 no
+usable GPU here (the reason is printed).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import json
 import os
+import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -38,6 +49,95 @@ from typing import Any
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 PHASES = ("tests", "library", "conformance", "timing")
 MODELS = ("resnet50", "mobilenet_v2", "bert", "gpt2")
+#: Exit status when no usable GPU is found (``nox -s gpu`` exits with it too).
+NO_GPU_STATUS = 2
+
+# -- what to install (stdlib only: noxfile.py's `gpu` session imports this before anything
+# is installed) ------------------------------------------------------------------------
+
+#: The CUDA majors onyxrt-cuda has an extra for (``onyxrt-cuda[cuda12]``, ``[cuda13]``).
+CUDA_MAJORS = (12, 13)
+DEFAULT_CUDA_MAJOR = 12
+#: onnxruntime-gpu for the timing comparison, per CUDA major. PyPI's default onnxruntime-gpu
+#: wheel is built for CUDA 13 since 1.27; 1.26.0 is the last built for CUDA 12. The extras
+#: bring its CUDA and cuDNN libraries from pip, as onyxrt-cuda's [ctk] brings CuPy's.
+ONNXRUNTIME_GPU = {12: "onnxruntime-gpu[cuda,cudnn]==1.26.0", 13: "onnxruntime-gpu[cuda,cudnn]==1.31.1"}
+#: The build backends of this checkout's packages (hatchling; setuptools for onyxrt-cpu, whose
+#: other build requirement, numpy, is a dependency anyway): pip builds the packages from the
+#: checkout, so an offline wheel folder must hold these too.
+BUILD_REQUIREMENTS = ("hatchling>=1.27", "setuptools>=77")
+
+
+def driver_cuda_major() -> tuple[int, str]:
+    """The CUDA major version this machine's NVIDIA driver supports, and how it was found:
+    ``nvidia-smi``'s header ("CUDA Version: 12.4"), else libcuda's ``cuDriverGetVersion``
+    (12040 for 12.4), else 12 (no driver found: the default, said as such).
+
+        >>> driver_cuda_major()  # doctest: +SKIP
+        (13, 'nvidia-smi: CUDA Version 13.0')
+    """
+    try:
+        out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30)
+        match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", out.stdout)
+        if match:
+            return int(match[1]), f"nvidia-smi: CUDA Version {match[1]}.{match[2]}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int(0)
+        if libcuda.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
+            return version.value // 1000, f"libcuda cuDriverGetVersion: {version.value}"
+    except (OSError, AttributeError):
+        pass
+    return DEFAULT_CUDA_MAJOR, f"no nvidia-smi or libcuda here: CUDA {DEFAULT_CUDA_MAJOR} by default"
+
+
+def cuda_extra_major(major: int) -> int:
+    """The onyxrt-cuda extra for a driver's CUDA major: a newer driver runs CUDA 13 builds;
+    a driver older than CUDA 12 runs none of CuPy 14's builds (ValueError says so)."""
+    if major < CUDA_MAJORS[0]:
+        raise ValueError(f"the NVIDIA driver supports CUDA {major}; onyxrt-cuda needs CUDA 12 or 13 "
+                         "(CuPy 14): update the driver")
+    return min(major, CUDA_MAJORS[-1])
+
+
+def install_requirements(major: int, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """What ``nox -s gpu`` installs for a CUDA ``major`` (12 or 13), in one pip call, from the
+    checkout's root: the core, the operator library, the CPU, GPU and CUDA providers (with
+    the CuPy extra for ``major``), ``extra`` (the session's test pins) and onnxruntime-gpu."""
+    if major not in CUDA_MAJORS:
+        raise ValueError(f"CUDA {major}: onyxrt-cuda has extras for CUDA {', '.join(map(str, CUDA_MAJORS))}")
+    return [".", "./plugins/ops", "./plugins/cpu", "./plugins/gpu", f"./plugins/cuda[cuda{major}]",
+            *extra, ONNXRUNTIME_GPU[major]]
+
+
+def pip_install_args(requirements: list[str], wheels: Path | None = None) -> list[str]:
+    """The arguments after ``pip install``: offline (``wheels``, a folder filled by
+    :func:`pip_download_command`) pip reads no index, only that folder."""
+    if wheels is None:
+        return list(requirements)
+    return ["--no-index", "--find-links", str(wheels), *requirements]
+
+
+def pip_download_command(requirements: list[str], folder: str = "DIR") -> list[str]:
+    """The command that fills an offline wheel folder on a networked machine (same Python
+    version and OS as the GPU machine, in this checkout's root): every dependency of
+    ``requirements`` and the build backends; the checkout's own packages are built from it."""
+    return ["python", "-m", "pip", "download", "-d", folder, *requirements, *BUILD_REQUIREMENTS]
+
+
+def describe_install(major: int, found: str, requirements: list[str], python: str) -> str:
+    """What ``nox -s gpu -- --print-requirements`` prints: the list, and how to go offline."""
+    return "\n".join([
+        f"# the GPU check for CUDA {major} ({found}); Python {python}",
+        "# requirements (installed in one pip call from this checkout's root):",
+        *requirements,
+        "# offline: on a networked machine with Python " + python + " and the same OS, in this checkout:",
+        shlex.join(pip_download_command(requirements)),
+        "# then on the GPU machine, with DIR copied beside the checkout:",
+        shlex.join(["nox", "-s", "gpu", "--", "--wheels", "DIR", "--cuda", str(major)]),
+    ])
 
 
 def _device_status() -> tuple[bool, str]:
@@ -144,6 +244,13 @@ def _time_one(runtime: str, model_name: str, batch: int, runs: int) -> dict[str,
     if runtime == "onnxruntime":
         import onnxruntime as rt
 
+        # onnxruntime-gpu[cuda,cudnn]'s CUDA and cuDNN libraries are pip packages its CUDA
+        # provider does not find by itself on Linux: preload them. Without them (or with a
+        # CPU-only onnxruntime, which has no preload_dlls) it uses the system's, if any.
+        try:
+            rt.preload_dlls()
+        except Exception:
+            pass
         providers = [p for p in (CUDA, CPU) if p in rt.get_available_providers()]
     else:
         import onyxrt as rt  # type: ignore[no-redef]
@@ -226,10 +333,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for the raw results (JSON)")
     parser.add_argument("--skip", default="", help=f"comma-separated phases to skip: {', '.join(PHASES)}")
     parser.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)))
+    # The phases' bounds: tests, then conformance, then timing, one after the other (120 +
+    # 240 + 180 s); the library runs beside the first two. --budget-seconds caps them all.
     parser.add_argument("--conformance-seconds", type=float, default=240)
-    parser.add_argument("--library-seconds", type=float, default=240)
-    parser.add_argument("--tests-seconds", type=float, default=180)
-    parser.add_argument("--timing-seconds", type=float, default=240)
+    parser.add_argument("--library-seconds", type=float, default=240, help="from the start of the check")
+    parser.add_argument("--tests-seconds", type=float, default=120)
+    parser.add_argument("--timing-seconds", type=float, default=180)
+    parser.add_argument("--budget-seconds", type=float, default=540,
+                        help="every phase ends by then (default 9 minutes)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="probe the device, say what it found, run no phase")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--runs", type=int, default=10)
@@ -246,11 +359,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_time_one(runtime, model, int(batch), int(runs))))
         return 0
 
+    started = time.monotonic()
     usable, said = _device_status()
     if not usable:
         print(f"gpu_check: no usable GPU here — {said}", file=sys.stderr)
-        return 2
+        return NO_GPU_STATUS
     print(f"CUDAExecutionProvider: usable ({said})", flush=True)
+    if args.dry_run:
+        print("gpu_check: dry run, no phase run")
+        return 0
+    budget_end = started + args.budget_seconds
+
+    def bounded(seconds: float) -> float:
+        """A phase's seconds, cut to what is left of the budget."""
+        return max(1.0, min(seconds, budget_end - time.monotonic()))
+
+    library_end = started + min(args.library_seconds, args.budget_seconds)
     skip = {s for s in args.skip.split(",") if s}
     folder = args.out or Path(os.environ.get("TMPDIR", "/tmp")) / "onyxrt-gpu-check"
     folder.mkdir(parents=True, exist_ok=True)
@@ -275,12 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     if "tests" not in skip:
         tests = [str(root / p) for p in ("plugins/cuda/tests", "plugins/gpu/tests") if (root / p).is_dir()]
         rc, text = _run_child([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *tests],
-                              args.tests_seconds)
+                              bounded(args.tests_seconds))
         tail = "\n".join(text.strip().splitlines()[-15:])
         report["tests"] = {"rc": rc, "tail": tail}
         print(f"\n== GPU-marked tests (rc {rc})\n{tail}", flush=True)
     if "conformance" not in skip:
-        result = _conformance(args.workers, args.conformance_seconds, folder)
+        result = _conformance(args.workers, bounded(args.conformance_seconds), folder)
         report["conformance"] = result
         print(f"\n== node conformance through sessions [CUDA, CPU] ({'complete' if result['finished'] else 'stopped at the deadline'})")
         print(f"cases run {result['cases']}: pass with the GPU {result['passed_gpu']}, on the CPU alone "
@@ -293,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     for name, log, proc in library_procs:
         try:
-            proc.wait(timeout=max(1.0, args.library_seconds))
+            proc.wait(timeout=max(1.0, library_end - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -306,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     if "timing" not in skip:
         results = _timing(args.models.split(","), [int(b) for b in args.batch.split(",")],
                           args.runtimes.split(","), args.runs,
-                          args.timing_seconds)
+                          bounded(args.timing_seconds))
         report["timing"] = results
         print("\n== latency, median of", args.runs, "runs after 3 warm-up runs (each runtime in its own process)")
         _print_timing(results)
