@@ -3,8 +3,11 @@
 Every copy is counted (``host_to_device``, ``device_to_host``, ``device_to_device`` and
 their bytes) so tests and users can check that a run moved exactly what the placement
 report predicts. Device allocations made by a copy come from the provider's arena.
-``do_copy_in_default_stream=False`` puts copies on a stream of their own (synchronised
-before the value is used), as onnxruntime's option does. :meth:`CupyTransfer.copy_into`
+``do_copy_in_default_stream=False`` puts copies on a stream of their own, one per thread
+and device, as onnxruntime's option does: each copy first waits for an event recorded on
+the compute (current) stream, so a download never reads an output before the kernels that
+write it have finished and an upload never overwrites memory a queued kernel still reads,
+and the copy stream is synchronised before the value is used. :meth:`CupyTransfer.copy_into`
 writes into an existing device array (a preallocated IOBinding output), so whatever
 shares its memory (a torch tensor or CuPy array through DLPack) sees the result.
 """
@@ -68,6 +71,7 @@ class CupyTransfer:
         self.scope = allocation_scope
         self.default_stream = copy_in_default_stream
         self.counts = TransferCounts()
+        self._copy_streams = threading.local()
 
     def _is_ours(self, device: Device) -> bool:
         return device.memory_space.startswith(f"{self.prefix}:")
@@ -107,8 +111,22 @@ class CupyTransfer:
     def _on_copy_stream(self, fn: Callable[[], Any]) -> Any:
         if self.default_stream:
             return fn()
-        stream = self.cupy.cuda.Stream(non_blocking=True)
+        cuda = self.cupy.cuda
+        compute = cuda.get_current_stream()
+        stream = self._copy_stream(cuda)
+        # Ordered after everything queued on the compute stream so far (a non-blocking
+        # stream is not ordered with the default stream by itself).
+        stream.wait_event(compute.record())
         with stream:
             result = fn()
         stream.synchronize()
         return result
+
+    def _copy_stream(self, cuda: Any) -> Any:
+        """This thread's copy stream on the current device (made once, not per copy)."""
+        streams = self._copy_streams.__dict__.setdefault("by_device", {})
+        device = cuda.get_device_id()
+        stream = streams.get(device)
+        if stream is None:
+            stream = streams[device] = cuda.Stream(non_blocking=True)
+        return stream

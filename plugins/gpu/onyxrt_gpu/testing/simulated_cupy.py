@@ -309,7 +309,10 @@ class Stream:
         return event
 
     def wait_event(self, event: Event) -> None:
-        """Make later work wait for ``event`` (a no-op here)."""
+        """Make later work wait for ``event``: work runs eagerly here, so the wait is only
+        counted (``stream_waits``; ``"wait"`` in :meth:`SimulatedCupy.record_events`), for
+        tests of the order a real device would need."""
+        _sim()._count("stream_waits")
 
     def __enter__(self) -> Stream:
         tls = _sim()._tls_state()
@@ -1949,12 +1952,12 @@ class _ThreadState(threading.local):
 _COUNTERS = (
     "h2d", "h2d_bytes", "d2h", "d2h_bytes", "d2d", "d2d_bytes", "allocations",
     "allocated_bytes", "frees", "allocator_calls", "launches", "synchronizations",
-    "pinned_allocations",
+    "stream_waits", "pinned_allocations",
 )  # fmt: skip
 
 
 #: The counters :meth:`SimulatedCupy.record_events` records, and their event names.
-_EVENT_NAMES = {"launches": "launch", "synchronizations": "synchronize"}
+_EVENT_NAMES = {"launches": "launch", "synchronizations": "synchronize", "stream_waits": "wait"}
 
 
 class SimulatedCupy:
@@ -1968,7 +1971,8 @@ class SimulatedCupy:
     * ``allocations``/``allocated_bytes``/``frees``: raw device allocations (``Memory``);
     * ``allocator_calls``: requests through the current allocator (pool hits included);
     * ``launches``: device operations (each cupy math call, a fused function counts once);
-    * ``synchronizations``: stream/device/event synchronizations.
+    * ``synchronizations``: stream/device/event synchronizations;
+    * ``stream_waits``: ``Stream.wait_event`` calls (one stream ordered after another's work).
 
     Memory: :meth:`bytes_in_use`, :meth:`peak_bytes`, :meth:`reset_peak`,
     ``pinned_bytes_in_use``; :meth:`counters` returns everything as a dict. Order:
