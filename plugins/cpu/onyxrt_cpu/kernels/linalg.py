@@ -121,29 +121,33 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         #: the activation the compiled GEMM applies to each finished tile (FusedGemm's)
         self.native_act = (native.ACT_NONE, 0.0, 0.0)
         self._c_src = info.constant(2)
-        self._c_row = self._constant_row()
+        self._fast_ok, self._c_row = self._fast_operands()
 
-    def _constant_row(self) -> np.ndarray | None:
-        """beta * C as float32 (N,) when C is a constant that every row gets the same way
-        (a bias: shape (N,), (1, N), one value) and B a constant float32 (K, N): the
-        products such a Gemm makes take :meth:`_fast`. Else None."""
+    def _fast_operands(self) -> tuple[bool, np.ndarray | None]:
+        """Whether this Gemm's products take :meth:`_fast` — B a constant float32 (K, N),
+        no transA, alpha 1, C absent or a constant every row gets the same way (shape
+        (N,), (1, N), one value) — and then beta * C as a float32 (N,) row to add (None:
+        nothing to add, C absent or beta 0)."""
         b, c = self._b_packed, self._c_src
         if b is None or b.dtype != np.float32 or self.trans_a or self.alpha != 1.0:
-            return None
+            return False, None
         n = b.shape[1]
         if c is None:
-            return np.zeros(n, np.float32) if len(self.info.input_names) < 3 or not self.info.input_names[2] else None
+            absent = len(self.info.input_names) < 3 or not self.info.input_names[2]
+            return absent, None
         if not isinstance(c, np.ndarray) or c.dtype != np.float32 or c.shape not in ((n,), (1, n), (), (1,), (1, 1)):
-            return None
-        cc = self.c_scaled if self.c_scaled is not None else (c if self.beta != 0.0 else np.zeros_like(c))
-        return np.ascontiguousarray(np.broadcast_to(np.asarray(cc, np.float32).reshape(-1), (n,)))
+            return False, None
+        if self.beta == 0.0:
+            return True, None
+        cc = self.c_scaled if self.c_scaled is not None else c
+        return True, np.ascontiguousarray(np.broadcast_to(np.asarray(cc, np.float32).reshape(-1), (n,)))
 
     def compute(self, a, b, c=None):
         return (self.product(a, b, c)[0],)
 
     def product(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> tuple[np.ndarray, bool]:
         """Y, and whether :attr:`native_act` was applied to it already."""
-        if (self._c_row is not None and b is self._b_src and c is self._c_src and a.dtype == np.float32
+        if (self._fast_ok and b is self._b_src and c is self._c_src and a.dtype == np.float32
                 and a.ndim == 2 and a.shape[1] == self._b_packed.shape[0]):
             return self._fast(a)
         # The library's steps, written out: its per-call overhead (a few method calls) is
@@ -183,7 +187,7 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         return y.astype(a.dtype, copy=False), False
 
     def _fast(self, a: np.ndarray) -> tuple[np.ndarray, bool]:
-        """float32 A @ constant B + a constant bias row, checked at creation: the MLP
+        """float32 A @ constant B (+ a constant bias row), checked at creation: the MLP
         layer's Gemm, without the general path's tests (a tiny model's run is mostly
         per-node overhead)."""
         if self._b_gemm is not None and a.shape[0] >= MIN_PACKED_ROWS and a.flags.c_contiguous:
@@ -191,7 +195,8 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
             if native.gemm(a, self._b_gemm, y, None, self._c_row, None, *self.native_act):
                 return y, True
         y = np.matmul(a, self._b_packed)
-        y += self._c_row
+        if self._c_row is not None:
+            y += self._c_row
         return y, False
 
     def _packed(self, a: np.ndarray, c: np.ndarray | None) -> np.ndarray | None:
