@@ -39,7 +39,7 @@ from .partitioner import Partition, Partitioner
 from .placement import CopyRecord, FusedGroupRecord, NodePlacement, PlacementReport
 from .protocol import DataTransfer, ExecutionProvider
 
-__all__ = ["Step", "ExecutionPlan", "PlanSubgraphRunner", "build_plan"]
+__all__ = ["Step", "ExecutionPlan", "PlanSubgraphRunner", "build_plan", "call_provider_hook"]
 
 logger = logging.getLogger("onyxrt.plan")
 
@@ -133,7 +133,7 @@ class ExecutionPlan:
         started: list[ExecutionProvider] = []
         try:
             for p in self.hooked_providers:
-                _run_hook(p, "on_run_start", run_options)
+                call_provider_hook(p, "on_run_start", run_options)
                 started.append(p)
             # Floating-point overflow and invalid values are results (inf, nan), as in
             # onnxruntime, not warnings; one context per run keeps kernels free of it.
@@ -365,9 +365,11 @@ def _has_run_hooks(provider: ExecutionProvider) -> bool:
     )
 
 
-def _run_hook(provider: ExecutionProvider, hook: str, run_options: Any) -> None:
+def call_provider_hook(provider: ExecutionProvider, hook: str, *args: Any) -> None:
+    """``provider.hook(*args)``; a failure other than an onyxrt error becomes a
+    :class:`ProviderError` naming the provider, its package and the hook."""
     try:
-        getattr(provider, hook)(run_options)
+        getattr(provider, hook)(*args)
     except OnyxError:
         raise
     except Exception as exc:
@@ -383,7 +385,7 @@ def _end_run(started: Sequence[ExecutionProvider], run_options: Any, failed: boo
     first: BaseException | None = None
     for p in started:
         try:
-            _run_hook(p, "on_run_end", run_options)
+            call_provider_hook(p, "on_run_end", run_options)
         except ProviderError as exc:
             if failed:
                 logger.warning("after a failed run: %s", exc)

@@ -35,7 +35,6 @@ from .discovery import (
     PLUGINS_ENV_VAR,
     catalog,
     install_command,
-    provider_label,
 )
 from .dtypes import np_dtype, type_proto_string, type_string
 from .errors import (
@@ -71,7 +70,7 @@ from .options import format_option_value
 from .ortvalue import OrtValue, OrtValueVector, resolve_device_provider
 from .partitioner import Partitioner
 from .placement import FallbackRecord, OrtEpAssignedSubgraph, PlacementReport, assigned_subgraphs
-from .plan import ExecutionPlan, PlanContext, _Profile, build_plan
+from .plan import ExecutionPlan, PlanContext, _Profile, build_plan, call_provider_hook
 from .profiling import Profiler, ProfileSummary
 from .protocol import ExecutionProvider, KernelRegistryProvider
 from .provider_selection import configured_providers
@@ -292,16 +291,7 @@ class InferenceSession:
         """Tell every provider the plan uses that the session is built (a GPU waits here
         once for the weights it uploaded asynchronously)."""
         for provider in self._plan.used_providers:
-            try:
-                provider.on_session_created()
-            except OnyxError:
-                raise
-            except Exception as exc:
-                raise ProviderError(
-                    f"{provider_label(provider.name)}.on_session_created failed: "
-                    f"{type(exc).__name__}: {exc}",
-                    provider.name,
-                ) from exc
+            call_provider_hook(provider, "on_session_created")
 
     def _shape_specializer(
         self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None

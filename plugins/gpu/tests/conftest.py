@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from onyxrt_gpu.testing.provider_tests import simulated_gpu
 from onyxrt_gpu.testing.simulated_cupy import SimulatedCupy, simulated
 
 
@@ -25,6 +26,13 @@ def sim_cupy() -> Iterator[SimulatedCupy]:
 def sim_hip() -> Iterator[SimulatedCupy]:
     """A simulated ROCm (HIP) build of CuPy with one device, installed for the test."""
     yield from simulated(hip=True)
+
+
+@pytest.fixture
+def cuda_sim() -> Iterator[SimulatedCupy]:
+    """The simulated CUDA build with a fresh provider catalog before and after, so that
+    sessions in the test get CUDAExecutionProvider on the simulated device."""
+    yield from simulated_gpu(hip=False)
 
 
 @pytest.fixture(scope="session")

@@ -7,23 +7,15 @@ compute stream, and one copy stream serves a thread's copies."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onyxrt as ort
-from onyxrt_gpu.testing.provider_tests import simulated_gpu
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
-
-@pytest.fixture
-def sim() -> Iterator[Any]:
-    yield from simulated_gpu(hip=False)
 
 
 def _model() -> bytes:
@@ -37,12 +29,12 @@ def _model() -> bytes:
 
 
 @pytest.mark.parametrize("default_stream", [False, True])
-def test_copies_on_their_own_stream_wait_for_the_compute_stream(sim, default_stream):
+def test_copies_on_their_own_stream_wait_for_the_compute_stream(cuda_sim, default_stream):
     assert CUDA in ort.get_available_providers()
     session = ort.InferenceSession(
         _model(), providers=[(CUDA, {"do_copy_in_default_stream": default_stream}), CPU])
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
-    with sim.record_events() as events:
+    with cuda_sim.record_events() as events:
         (y,) = session.run(None, {"x": x})
         session.run(None, {"x": x})
     np.testing.assert_allclose(y, np.maximum(x @ np.arange(12, dtype=np.float32).reshape(4, 3), 0), rtol=1e-6)

@@ -9,24 +9,14 @@ training-mode Dropout refusals are checked in ``test_gpu_kernels.py``.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import numpy as np
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onyxrt as ort
-from onyxrt_gpu.testing.provider_tests import simulated_gpu
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
-
-@pytest.fixture
-def sim() -> Iterator[Any]:
-    """The simulated CuPy with a fresh provider catalog (the CUDA provider sees it)."""
-    yield from simulated_gpu(hip=False)
 
 
 def _model() -> bytes:
@@ -45,10 +35,10 @@ def _model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def test_one_synchronization_after_the_creation_uploads(sim):
+def test_one_synchronization_after_the_creation_uploads(cuda_sim):
     assert CUDA in ort.get_available_providers()  # the probe's own work is not counted
     x = np.ones((2, 4), np.float32)
-    with sim.record_events() as events:
+    with cuda_sim.record_events() as events:
         session = ort.InferenceSession(_model(), providers=[CUDA, CPU])
         created = len(events)
         session.run(None, {"x": x})

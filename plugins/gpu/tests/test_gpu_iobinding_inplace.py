@@ -9,7 +9,6 @@ device pointer too. All under the simulated CuPy, which counts every copy.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,17 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onyxrt as ort
 from onyxrt.errors import InvalidArgument
-from onyxrt_gpu.testing.provider_tests import simulated_gpu
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 W = np.array([1.0, -2.0, 3.0], np.float32)
 
-
-@pytest.fixture
-def sim() -> Iterator[Any]:
-    """The simulated CuPy with a fresh provider catalog (the CUDA provider sees it)."""
-    yield from simulated_gpu(hip=False)
 
 
 def _model() -> bytes:
@@ -62,7 +55,7 @@ def _cupy() -> Any:
     return sys.modules["cupy"]
 
 
-def test_bound_ortvalue_output_is_filled_in_place_on_the_device(sim):
+def test_bound_ortvalue_output_is_filled_in_place_on_the_device(cuda_sim):
     cupy = _cupy()
     session = _session()
     out = cupy.zeros((2, 3), dtype=np.float32)  # what torch.empty(..., device="cuda") plays
@@ -73,9 +66,9 @@ def test_bound_ortvalue_output_is_filled_in_place_on_the_device(sim):
         x = _x(seed)
         binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x, "cuda"))
         binding.bind_ortvalue_output("y", target)
-        d2h = sim.d2h
+        d2h = cuda_sim.d2h
         session.run_with_iobinding(binding)
-        assert sim.d2h == d2h, "the device-bound output went through the host"
+        assert cuda_sim.d2h == d2h, "the device-bound output went through the host"
         (result,) = binding.get_outputs()
         assert result is target and result.value is not None
         assert target.data_ptr() == out.data.ptr  # not repointed at a new device copy
@@ -83,7 +76,7 @@ def test_bound_ortvalue_output_is_filled_in_place_on_the_device(sim):
         np.testing.assert_array_equal(view.get(), _expected(x))
 
 
-def test_preallocated_device_output_gets_one_device_copy_and_no_host_copy(sim):
+def test_preallocated_device_output_gets_one_device_copy_and_no_host_copy(cuda_sim):
     cupy = _cupy()
     session = _session()
     x = ort.OrtValue.ortvalue_from_numpy(_x(), "cuda")
@@ -93,17 +86,17 @@ def test_preallocated_device_output_gets_one_device_copy_and_no_host_copy(sim):
     binding.bind_ortvalue_output("y", target)
     session.run_with_iobinding(binding)  # first run: the creation's wait happens here
     (gpu,) = [p for p in session._providers if p.name == CUDA]
-    counts = (sim.h2d, sim.d2h, gpu.transfer.counts.host_device_copies,
+    counts = (cuda_sim.h2d, cuda_sim.d2h, gpu.transfer.counts.host_device_copies,
               target.provider.transfer.counts.device_to_device)
     session.run_with_iobinding(binding)
     # the input and the weight are on the device already; the output is copied device
     # to device into the bound buffer, once
-    assert (sim.h2d, sim.d2h, gpu.transfer.counts.host_device_copies) == counts[:3]
+    assert (cuda_sim.h2d, cuda_sim.d2h, gpu.transfer.counts.host_device_copies) == counts[:3]
     assert target.provider.transfer.counts.device_to_device == counts[3] + 1
     np.testing.assert_array_equal(target.numpy(), _expected(_x()))
 
 
-def test_buffer_ptr_input_and_output_on_the_device(sim):
+def test_buffer_ptr_input_and_output_on_the_device(cuda_sim):
     cupy = _cupy()
     session = _session()
     x = _x(3)
@@ -112,16 +105,16 @@ def test_buffer_ptr_input_and_output_on_the_device(sim):
     binding = session.io_binding()
     binding.bind_input("x", "cuda", 0, np.float32, list(x.shape), x_dev.data.ptr)
     binding.bind_output("y", "cuda", 0, np.float32, [2, 3], out.data.ptr)
-    counts = (sim.h2d, sim.d2h)
+    counts = (cuda_sim.h2d, cuda_sim.d2h)
     session.run_with_iobinding(binding)
-    assert (sim.h2d, sim.d2h) == counts  # pointers wrapped, nothing copied via the host
+    assert (cuda_sim.h2d, cuda_sim.d2h) == counts  # pointers wrapped, nothing copied via the host
     np.testing.assert_array_equal(out.get(), _expected(x))
     (result,) = binding.get_outputs()
     assert result.device_name() == "cuda" and result.data_ptr() == out.data.ptr
     np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], _expected(x))
 
 
-def test_buffer_ptr_output_computed_on_the_cpu_is_written_into_the_device_buffer(sim):
+def test_buffer_ptr_output_computed_on_the_cpu_is_written_into_the_device_buffer(cuda_sim):
     cupy = _cupy()
     session = ort.InferenceSession(_model(), providers=[CPU])
     x = _x(4)
@@ -133,7 +126,7 @@ def test_buffer_ptr_output_computed_on_the_cpu_is_written_into_the_device_buffer
     np.testing.assert_array_equal(out.get(), _expected(x))
 
 
-def test_buffer_ptr_that_is_not_device_memory_is_a_typed_error(sim):
+def test_buffer_ptr_that_is_not_device_memory_is_a_typed_error(cuda_sim):
     session = _session()
     host = np.zeros((2, 3), np.float32)
     with pytest.raises(InvalidArgument, match=r"bind_input\('x'\).*buffer_ptr"):
@@ -141,7 +134,7 @@ def test_buffer_ptr_that_is_not_device_memory_is_a_typed_error(sim):
 
 
 @pytest.mark.parametrize(("shape", "dtype"), [((3, 2), np.float32), ((2, 3), np.float64)])
-def test_bound_device_buffer_of_the_wrong_shape_or_type_names_the_output(sim, shape, dtype):
+def test_bound_device_buffer_of_the_wrong_shape_or_type_names_the_output(cuda_sim, shape, dtype):
     cupy = _cupy()
     session = _session()
     target = ort.OrtValue.from_dlpack(cupy.zeros(shape, dtype=dtype))
@@ -156,7 +149,7 @@ def test_bound_device_buffer_of_the_wrong_shape_or_type_names_the_output(sim, sh
         session.run_with_iobinding(binding)
 
 
-def test_update_inplace_keeps_the_device_memory(sim):
+def test_update_inplace_keeps_the_device_memory(cuda_sim):
     cupy = _cupy()
     ort.get_available_providers()
     buffer = cupy.zeros(3, dtype=np.float32)

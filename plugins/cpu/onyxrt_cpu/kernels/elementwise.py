@@ -86,15 +86,29 @@ def _out(r: Any, dtype: np.dtype[Any]) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
-def _same_type_ufunc(ufunc: Callable[..., Any]) -> Callable[[Any, Any], tuple[np.ndarray]]:
+def _ufunc_compute(ufunc: Callable[..., Any], arity: int, quiet: bool) -> Callable[..., tuple[np.ndarray]]:
+    """A kernel's compute that is ``ufunc`` on its ``arity`` (1 or 2) operands alone, a 0-d
+    result (numpy returns a scalar) as an array, for kernels whose operand types are known
+    when built (Add/Sub/Mul here, Div/Max/Min and the unary maths below). With ``quiet``
+    (always, for one operand) floating-point errors are ignored: free inside a run, which
+    ignores them already."""
     ndarray = np.ndarray
     asarray = np.asarray
 
-    def compute(a: Any, b: Any) -> tuple[np.ndarray]:
-        r = ufunc(a, b)
-        if type(r) is not ndarray:  # 0-d operands make numpy return a scalar
-            r = asarray(r)
-        return (r,)
+    if arity == 1:
+        def compute(x: Any) -> tuple[np.ndarray]:
+            with quiet_float_errors():
+                r = ufunc(x)
+            return (r if type(r) is ndarray else asarray(r),)
+    elif quiet:
+        def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
+            with quiet_float_errors():
+                r = ufunc(a, b)
+            return (r if type(r) is ndarray else asarray(r),)
+    else:
+        def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
+            r = ufunc(a, b)
+            return (r if type(r) is ndarray else asarray(r),)
 
     return compute
 
@@ -111,7 +125,7 @@ class _SameType:
         types = [t.elem_type if t is not None else None for t in info.input_types[:2]]
         same = not self.legacy and len(types) == 2 and types[0] and types[0] == types[1]
         if same and np_dtype(types[0]).kind in "biuf":
-            self.compute = _same_type_ufunc(self.fn)  # type: ignore[method-assign]
+            self.compute = _ufunc_compute(self.fn, 2, quiet=False)  # type: ignore[method-assign]
 
 
 @registry.register("Add", since=_ARITH_VERSIONS)
@@ -136,26 +150,6 @@ class Mul(_SameType, library.kernel("Mul", 14, BACKEND)):
 _WIDE_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 
 
-def _float_ufunc(ufunc: Callable[..., Any], arity: int) -> Callable[..., tuple[np.ndarray]]:
-    """compute = ``ufunc`` on the operands, floating-point errors ignored (free inside a
-    run), a 0-d result as an array."""
-    ndarray = np.ndarray
-    asarray = np.asarray
-
-    if arity == 1:
-        def compute(x: Any) -> tuple[np.ndarray]:
-            with quiet_float_errors():
-                r = ufunc(x)
-            return (r if type(r) is ndarray else asarray(r),)
-    else:
-        def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
-            with quiet_float_errors():
-                r = ufunc(a, b)
-            return (r if type(r) is ndarray else asarray(r),)
-
-    return compute
-
-
 def _fast_float_kernel(op: str, versions: tuple[int, ...], ufunc: Callable[..., Any], arity: int,
                        doc: str) -> type:
     """The library's ``op`` kernel, whose compute is the ufunc alone when the node's inputs
@@ -169,7 +163,7 @@ def _fast_float_kernel(op: str, versions: tuple[int, ...], ufunc: Callable[..., 
         types = [t.elem_type if t is not None else None for t in info.input_types]
         if (len(types) == arity and types[0] and len(set(types)) == 1 and info.since_version >= 7
                 and np_dtype(types[0]) in _WIDE_FLOATS):
-            self.compute = _float_ufunc(ufunc, arity)
+            self.compute = _ufunc_compute(ufunc, arity, quiet=True)
 
     cls = type(op, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
     return registry.register(op, since=versions)(cls)
