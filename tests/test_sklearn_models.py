@@ -126,6 +126,17 @@ CLASSIFIERS = {
 }
 
 
+@pytest.mark.parametrize("name", ["logistic_multi", "random_forest", "extra_trees", "decision_tree",
+                                  "gradient_boosting"])
+def test_classifier_one_row(name):
+    """A single sample, as a service scores it: the one-row paths (a random forest's
+    scores without vote masks, the compiled softmax) against onnxruntime, row by row."""
+    model = CLASSIFIERS[name]().fit(X, Y_MULTI)
+    onx = to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    for i in range(0, len(X), 7):
+        _compare(onx, {onx.graph.input[0].name: X[i:i + 1]})
+
+
 @pytest.mark.parametrize("labels", ["int", "str"])
 @pytest.mark.parametrize("binary", [False, True], ids=["multi", "binary"])
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))

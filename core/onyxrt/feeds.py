@@ -38,12 +38,29 @@ class InputCheck:
         #: whether a numpy array of exactly ``dtype`` is taken as it is (not text, which
         #: is normalised to ``str`` objects)
         self.plain = self.kind == "tensor" and self.dtype is not None and self.dtype.kind != "O"
+        #: the declared rank, and (axis, size) of each fixed dimension (None: any shape)
+        self.rank = len(self.shape) if self.shape is not None else -1
+        self.fixed_axes = (
+            tuple((axis, d) for axis, d in enumerate(self.shape) if isinstance(d, int))
+            if self.shape is not None else ()
+        )
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether a feed of this ``shape`` matches the declared rank and fixed dims."""
+        if self.rank < 0:
+            return True
+        if len(shape) != self.rank:
+            return False
+        for axis, size in self.fixed_axes:  # noqa: SIM110 - all() of a generator costs more than the check
+            if shape[axis] != size:
+                return False
+        return True
 
 
 def check_feed(check: InputCheck, value: Any) -> Any:
     """``value`` as the array (or container) the input takes, or an InvalidInput."""
     if type(value) is np.ndarray and check.plain and value.dtype == check.dtype and (
-        value.shape == check.fixed or check.fixed is None and check.shape is None
+        value.shape == check.fixed or check.fixed is None and check.fits(value.shape)
     ):  # the usual feed: nothing to convert, nothing further to check
         return value
     if isinstance(value, OrtValue):

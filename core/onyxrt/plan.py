@@ -38,6 +38,7 @@ from .parallel import StepGraph, run_parallel
 from .partitioner import Partition, Partitioner
 from .placement import CopyRecord, FusedGroupRecord, NodePlacement, PlacementReport
 from .protocol import DataTransfer, ExecutionProvider
+from .straight_line import Failure, straight_line_runner
 
 __all__ = ["Step", "ExecutionPlan", "PlanSubgraphRunner", "build_plan", "call_provider_hook"]
 
@@ -101,6 +102,8 @@ class ExecutionPlan:
         #: graph output name → (slot, owner, whether the owner is the host): run's view
         self._outputs: dict[str, tuple[int, int, bool]] = {}
         self._compiled: list[tuple[Callable[..., Sequence[Any]], Callable[[list[Any]], Any], bool, tuple[int, ...], tuple[int, ...]]] = []
+        #: the steps as one straight-line function (small plans; see straight_line.py)
+        self._straight: Callable[[list[Any]], Failure] | None = None
 
     # -- running ---------------------------------------------------------------------
     def run(
@@ -213,6 +216,7 @@ class ExecutionPlan:
                 get = operator.itemgetter(*s.ins)
             compiled.append((s.fn, get, len(s.ins) == 1, s.outs, s.release))
         self._compiled = compiled
+        self._straight = straight_line_runner([(s.fn, s.ins, s.outs, s.release) for s in self.steps])
         self._outputs = {
             name: (slot, owner, self.providers[owner].device.is_host)
             for name, (slot, owner) in self.output_slots.items()
@@ -227,6 +231,21 @@ class ExecutionPlan:
     def _execute(self, vals: list[Any], run_options: Any) -> None:
         # The hot loop: plain tuples and local names keep per-node overhead to about a
         # microsecond; everything else (names, providers) is looked up only on error.
+        if run_options is None and self._straight is not None:
+            failure = self._straight(vals)
+            if failure is None:
+                return
+            i, results, exc = failure
+            del failure
+            try:
+                if i < 0:
+                    step = self.steps[~i]
+                    raise _too_few(step, results, self.providers[step.provider].name) from None
+                if isinstance(exc, OnyxError) or not isinstance(exc, Exception):
+                    raise exc  # onyxrt's own errors and interrupts pass as they are
+                raise self._kernel_error(self.steps[i], vals, exc) from exc
+            finally:
+                del exc, results  # no cycle through this frame (see straight_line.py)
         i = -1
         steps: Iterable[Any] = self._compiled
         if run_options is not None:  # the terminate check costs per node only when asked for

@@ -895,7 +895,7 @@ class InferenceSession:
     def _check_feeds(
         self, input_feed: Mapping[str, Any], also_given: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        if not isinstance(input_feed, Mapping):
+        if type(input_feed) is not dict and not isinstance(input_feed, Mapping):
             raise InvalidInput(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         checks = self._inputs_check
         feeds: dict[str, Any] = {}
@@ -908,7 +908,8 @@ class InferenceSession:
                     f"unknown input name {name!r}.{hint} The model's inputs are: {self._graph.inputs}"
                 )
             feeds[name] = check_feed(check, value)
-        self._require_inputs(feeds, also_given)
+        if len(feeds) != len(checks):  # every input that can be fed was fed: none is missing
+            self._require_inputs(feeds, also_given)
         return feeds
 
     def _require_inputs(self, given: Mapping[str, Any], also_given: Mapping[str, Any] | None = None) -> None:

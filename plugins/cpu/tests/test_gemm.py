@@ -331,3 +331,81 @@ def test_fused_gemm_activation_with_constant_b(gemm_route, rows, name, params, r
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
     assert y.dtype == np.float32 and y.shape == (rows, 37)
     assert bool(calls) == (gemm_route and rows >= MIN_PACKED_ROWS and native.ENABLED)
+
+
+# ------------------------------------------------------------ the one-row product
+
+
+@pytest.mark.parametrize("n", [1, 3, 15, 16, 17, 127, 128, 129, 300])
+@pytest.mark.parametrize("k", [1, 7, 256, 513])
+@pytest.mark.parametrize("act,params,reference", [
+    (native.ACT_NONE, (0.0, 0.0), lambda v: v),
+    (native.ACT_RELU, (0.0, 0.0), lambda v: np.maximum(v, 0)),
+    (native.ACT_CLIP, (-0.5, 0.75), lambda v: np.clip(v, -0.5, 0.75)),
+    (native.ACT_LEAKY, (0.1, 0.0), lambda v: np.where(v < 0, 0.1 * v, v)),
+], ids=["none", "relu", "clip", "leaky"])
+def test_gemv_edges(n, k, act, params, reference):
+    """Every column block width (128, 16, the scalar tail), with and without a bias,
+    within the float32 bound of a float64 product."""
+    rng = np.random.default_rng(n * 1000 + k)
+    a, b = _operands(rng, 1, k, n)
+    gemv = native.one_row_product(b)
+    assert gemv is not None
+    for bias in (None, rng.standard_normal(n, dtype=np.float32)):
+        y = np.full((1, n), np.nan, np.float32)
+        gemv(a, b, y, k, n, bias, act, *params)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        product = a64 @ b64
+        bound = k * EPS * (np.abs(a64) @ np.abs(b64)) + 1e-30
+        # an activation never widens a difference (each is 1-Lipschitz)
+        want = reference(product + (0 if bias is None else bias))
+        assert np.all(np.abs(y - want) <= bound + (0 if bias is None else EPS * np.abs(want))), (n, k)
+
+
+def test_gemv_special_values_and_refusals():
+    b = np.ones((3, 20), np.float32)
+    a = np.array([[1.0, np.nan, 2.0]], np.float32)
+    y = np.empty((1, 20), np.float32)
+    native.one_row_product(b)(a, b, y, 3, 20, None, native.ACT_RELU, 0.0, 0.0)
+    assert np.isnan(y).all()  # ReLU keeps NaN, as the GEMM's finish and numpy do
+    gemv = native.compiled_module().gemv
+    with pytest.raises(ValueError):  # y too small
+        gemv(a, b, np.empty(5, np.float32), 3, 20)
+    with pytest.raises(TypeError):
+        gemv(a.astype(np.float64), b, y, 3, 20)
+    with pytest.raises(ValueError):
+        gemv(a, b, y, 3, 20, None, 9)
+    # what the route does not take: too large, not float32, not contiguous
+    assert native.one_row_product(np.ones((1024, 1024), np.float32)) is None
+    assert native.one_row_product(np.ones((4, 4), np.float64)) is None
+    assert native.one_row_product(np.ones((4, 8), np.float32)[:, ::2]) is None
+
+
+@pytest.mark.parametrize("name,params,reference", FUSED_GEMM_ACTIVATIONS, ids=[a[0] for a in FUSED_GEMM_ACTIVATIONS])
+@pytest.mark.parametrize("with_c", [True, False])
+def test_batch_one_gemm_takes_the_one_row_product(name, params, reference, with_c, monkeypatch):
+    """A float32 row through FusedGemm/Gemm with constant weights is one compiled call
+    (product, bias and the activations it knows), equal to the float64 reference."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1, 70), dtype=np.float32)
+    w = rng.standard_normal((70, 37), dtype=np.float32)
+    c = rng.standard_normal((37,), dtype=np.float32) if with_c else None
+    calls = []
+    real = native.one_row_product
+
+    def counted(b):
+        fn = real(b)
+        return None if fn is None else (lambda *args: calls.append(args[6]) or fn(*args))
+
+    monkeypatch.setattr(native, "one_row_product", counted)
+    extra = {"activation_params": params} if params else {}
+    node = helper.make_node("FusedGemm", ["a", "w", "c" if with_c else ""], ["y"], domain=FUSED_DOMAIN,
+                            activation=name, **extra)
+    (y,) = run_ours(node, FUSED_DOMAIN_VERSION, a, w, c, constants=(1, 2) if with_c else (1,))
+    want = reference(a.astype(np.float64) @ w.astype(np.float64) + (c if with_c else 0))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert y.dtype == np.float32 and y.shape == (1, 37)
+    # the compiled call ran once, with the activation code where the kernel knows it
+    assert len(calls) == 1
+    assert calls[0] == (native.ACT_NONE if name == "Sigmoid" else {"Relu": native.ACT_RELU,
+                        "LeakyRelu": native.ACT_LEAKY, "Clip": native.ACT_CLIP}[name])

@@ -323,6 +323,15 @@ def test_normalizer_matches_onnxruntime(norm):
     assert_matches_onnxruntime(node, 1, [x], [TensorProto.FLOAT], rtol=1e-5)
 
 
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("row", [[0.0, 0.0, 0.0], [-0.0, 0.0, -0.0], [0.5, -2.0, 1.5], [np.nan, 1.0, 2.0]],
+                         ids=["zeros", "signed-zeros", "values", "nan"])
+def test_normalizer_one_row_matches_onnxruntime(norm, row):
+    """One row takes its own zero-divisor check (a Python comparison, no mask)."""
+    node = ml_node("Normalizer", norm=norm)
+    assert_matches_onnxruntime(node, 1, [np.array([row], np.float32)], [TensorProto.FLOAT], rtol=1e-6)
+
+
 def test_imputer_float_nan_and_int():
     node = ml_node("Imputer", imputed_value_floats=[1.0, 2.0, 3.0], replaced_value_float=np.nan)
     x = np.array([[np.nan, 5.0, np.nan], [0.0, np.nan, 1.0]], np.float32)

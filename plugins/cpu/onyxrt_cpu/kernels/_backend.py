@@ -2,8 +2,9 @@
 element type numpy holds, the float64 ``erf`` of :mod:`._special` (numpy has none), and
 ``sigmoid``/``tanh`` as onnxruntime computes them in float32 (:func:`.native.logistic`,
 bit-identical to its MLAS kernels where the compiled module is built), which the library's
-recurrent operators take for their gates; and ``tree_leaves``, the compiled walk of the
-ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`)."""
+recurrent operators take for their gates; ``tree_leaves``, the compiled walk of the
+ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`); and ``softmax``, the compiled row
+softmax their SOFTMAX post-transform takes (:func:`.native.softmax_last_axis`)."""
 
 from __future__ import annotations
 
@@ -43,4 +44,5 @@ def tanh(x: Any) -> Any:
 #: What the library's operators compute with on the CPU (bound in ``kernels/__init__``).
 BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
                                 # only where compiled: the library walks the trees itself
-                                **({"tree_leaves": native.tree_leaves} if native.ENABLED else {})})
+                                **({"tree_leaves": native.tree_leaves,
+                                    "softmax": native.softmax_last_axis} if native.ENABLED else {})})

@@ -122,6 +122,9 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         self.native_act = (native.ACT_NONE, 0.0, 0.0)
         self._c_src = info.constant(2)
         self._fast_ok, self._c_row = self._fast_operands()
+        #: the compiled one-row product (product, bias and activation in one call) for a
+        #: batch-1 row through :meth:`_fast`
+        self._gemv = native.one_row_product(self._b_packed) if self._fast_ok else None
 
     def _fast_operands(self) -> tuple[bool, np.ndarray | None]:
         """Whether this Gemm's products take :meth:`_fast` — B a constant float32 (K, N),
@@ -190,6 +193,11 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         """float32 A @ constant B (+ a constant bias row), checked at creation: the MLP
         layer's Gemm, without the general path's tests (a tiny model's run is mostly
         per-node overhead)."""
+        if self._gemv is not None and a.shape[0] == 1 and a.flags.c_contiguous:
+            k, n = self._b_packed.shape
+            y = np.empty((1, n), np.float32)
+            self._gemv(a, self._b_packed, y, k, n, self._c_row, *self.native_act)
+            return y, True
         if self._b_gemm is not None and a.shape[0] >= MIN_PACKED_ROWS and a.flags.c_contiguous:
             y = np.empty((a.shape[0], self._b_gemm.shape[1]), np.float32)
             if native.gemm(a, self._b_gemm, y, None, self._c_row, None, *self.native_act):
