@@ -17,8 +17,43 @@ typedef struct {
     const double *split;
     const uint8_t *true_leaf, *false_leaf, *missing_true;
     int64_t *out;
+    const float *weights; /* tree_scores: leaves x targets */
+    float *scores;        /* tree_scores: rows x targets */
+    idx targets;
     int bad; /* set when a walk leaves the nodes or runs longer than the node count */
 } TreeCall;
+
+/* The leaf tree `t` reaches for the row at `row`, or -1 for a walk that leaves the nodes
+ * or runs longer than the node count (the caller reports it). */
+static inline int64_t
+walk_tree(const TreeCall *c, const double *row, idx t)
+{
+    int64_t node = c->roots[t];
+    for (idx step = 0; step <= c->nodes; step++) {
+        if (node < 0 || node >= c->nodes || c->feature[node] < 0 || c->feature[node] >= c->features) {
+            return -1;
+        }
+        const double v = row[c->feature[node]], s = c->split[node];
+        int cond;
+        switch (c->mode[node]) {
+        case 0: cond = v <= s; break;
+        case 1: cond = v < s; break;
+        case 2: cond = v >= s; break;
+        case 3: cond = v > s; break;
+        case 4: cond = v == s; break;
+        default: cond = v != s; break;
+        }
+        if (v != v && c->missing_true[node]) {
+            cond = 1;
+        }
+        const int64_t next = cond ? c->true_id[node] : c->false_id[node];
+        if (cond ? c->true_leaf[node] : c->false_leaf[node]) {
+            return next < c->leaves ? next : -1;
+        }
+        node = next;
+    }
+    return -1;
+}
 
 static void
 walk_rows(void *ctx, idx begin, idx end)
@@ -27,34 +62,8 @@ walk_rows(void *ctx, idx begin, idx end)
     for (idx r = begin; r < end; r++) {
         const double *row = c->x + r * c->features;
         for (idx t = 0; t < c->trees; t++) {
-            int64_t node = c->roots[t];
-            int64_t reached = -1;
-            for (idx step = 0; step <= c->nodes; step++) {
-                if (node < 0 || node >= c->nodes || c->feature[node] < 0 ||
-                    c->feature[node] >= c->features) {
-                    break;
-                }
-                const double v = row[c->feature[node]], s = c->split[node];
-                int cond;
-                switch (c->mode[node]) {
-                case 0: cond = v <= s; break;
-                case 1: cond = v < s; break;
-                case 2: cond = v >= s; break;
-                case 3: cond = v > s; break;
-                case 4: cond = v == s; break;
-                default: cond = v != s; break;
-                }
-                if (v != v && c->missing_true[node]) {
-                    cond = 1;
-                }
-                const int64_t next = cond ? c->true_id[node] : c->false_id[node];
-                if (cond ? c->true_leaf[node] : c->false_leaf[node]) {
-                    reached = next;
-                    break;
-                }
-                node = next;
-            }
-            if (reached < 0 || reached >= c->leaves) {
+            int64_t reached = walk_tree(c, row, t);
+            if (reached < 0) {
                 c->bad = 1; /* racy but only ever set to 1 */
                 reached = 0;
             }
@@ -63,20 +72,54 @@ walk_rows(void *ctx, idx begin, idx end)
     }
 }
 
+/* With `weights` (leaves x targets, float32): each row's sum over the trees of its
+ * reached leaves' weights, in tree order and in float32 (as numpy's add.reduce of the
+ * gathered weights along the trees axis adds them), into scores (rows x targets). */
+static void
+score_rows(void *ctx, idx begin, idx end)
+{
+    TreeCall *c = (TreeCall *)ctx;
+    for (idx r = begin; r < end; r++) {
+        const double *row = c->x + r * c->features;
+        float *out = c->scores + r * c->targets;
+        for (idx j = 0; j < c->targets; j++) {
+            out[j] = 0.0f;
+        }
+        for (idx t = 0; t < c->trees; t++) {
+            const int64_t reached = walk_tree(c, row, t);
+            if (reached < 0) {
+                c->bad = 1;
+                continue;
+            }
+            const float *w = c->weights + reached * c->targets;
+            for (idx j = 0; j < c->targets; j++) {
+                out[j] += w[j];
+            }
+        }
+    }
+}
+
 /* tree_leaves(x, roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf,
- * missing_true, out, leaves): x float64 (n, features); int64 node arrays; uint8 flags;
- * out int64 (n, trees). */
+ * missing_true, out, n, features, leaves[, weights, targets]): x float64 (n, features);
+ * int64 node arrays; uint8 flags; out int64 (n, trees) — or, with float32 weights
+ * (leaves, targets), out float32 (n, targets): the rows' summed leaf weights. */
 PyObject *
 py_tree_leaves(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[11];
-    Py_ssize_t n, features, leaves;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOnnn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8], &o[9], &o[10], &n, &features, &leaves)) {
+    PyObject *o[12];
+    Py_ssize_t n, features, leaves, targets = 0;
+    o[11] = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOnnn|On", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &n, &features, &leaves, &o[11], &targets)) {
         return NULL;
     }
-    enum { X, ROOTS, FEATURE, SPLIT, MODE, TRUE_ID, TRUE_LEAF, FALSE_ID, FALSE_LEAF, MISSING, OUT, VIEWS };
+    const int scoring = o[11] != Py_None;
+    if (scoring && (targets < 1 || leaves < 1)) {
+        PyErr_SetString(PyExc_ValueError, "tree_leaves: weights need targets >= 1 and leaves >= 1");
+        return NULL;
+    }
+    enum { X, ROOTS, FEATURE, SPLIT, MODE, TRUE_ID, TRUE_LEAF, FALSE_ID, FALSE_LEAF, MISSING, OUT, WEIGHTS, VIEWS };
     Py_buffer v[VIEWS];
     memset(v, 0, sizeof(v));
     if (n < 0 || features < 1 || get_bytes(o[FEATURE], &v[FEATURE], 0, 0, 8, "feature") < 0) {
@@ -99,7 +142,9 @@ py_tree_leaves(PyObject *self, PyObject *args)
         get_bytes(o[FALSE_ID], &v[FALSE_ID], 0, nodes, 8, "false_id") < 0 ||
         get_bytes(o[FALSE_LEAF], &v[FALSE_LEAF], 0, nodes, 1, "false_leaf") < 0 ||
         get_bytes(o[MISSING], &v[MISSING], 0, nodes, 1, "missing_true") < 0 ||
-        get_bytes(o[OUT], &v[OUT], 1, n * trees, 8, "out") < 0) {
+        (scoring ? get_f32(o[OUT], &v[OUT], 1, n * targets, "out") < 0 ||
+                       get_f32(o[WEIGHTS], &v[WEIGHTS], 0, leaves * targets, "weights") < 0
+                 : get_bytes(o[OUT], &v[OUT], 1, n * trees, 8, "out") < 0)) {
         release_all(v, VIEWS);
         return NULL;
     }
@@ -108,11 +153,19 @@ py_tree_leaves(PyObject *self, PyObject *args)
                      (const int64_t *)v[MODE].buf, (const int64_t *)v[TRUE_ID].buf,
                      (const int64_t *)v[FALSE_ID].buf, (const double *)v[SPLIT].buf,
                      (const uint8_t *)v[TRUE_LEAF].buf, (const uint8_t *)v[FALSE_LEAF].buf,
-                     (const uint8_t *)v[MISSING].buf, (int64_t *)v[OUT].buf, 0};
-    Py_BEGIN_ALLOW_THREADS
-    /* A row is `trees` walks: a few hundred ns each. */
-    parallel_for(walk_rows, &call, n, 1 + 4096 / (trees + 1));
-    Py_END_ALLOW_THREADS
+                     (const uint8_t *)v[MISSING].buf,
+                     scoring ? NULL : (int64_t *)v[OUT].buf,
+                     scoring ? (const float *)v[WEIGHTS].buf : NULL,
+                     scoring ? (float *)v[OUT].buf : NULL, targets, 0};
+    if (n < 4) {
+        /* a sample or two: microseconds, not worth the pool's hand-off */
+        (scoring ? score_rows : walk_rows)(&call, 0, n);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        /* A row is `trees` walks: a few hundred ns each. */
+        parallel_for(scoring ? score_rows : walk_rows, &call, n, 1 + 4096 / (trees + 1));
+        Py_END_ALLOW_THREADS
+    }
     release_all(v, VIEWS);
     if (call.bad) {
         PyErr_SetString(PyExc_ValueError,

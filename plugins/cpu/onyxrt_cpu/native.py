@@ -48,6 +48,7 @@ __all__ = [
     "dequantize4",
     "accumulators_to_float",
     "tree_leaves",
+    "tree_scores",
     "elementwise_group",
     "PackedInt8",
     "QGEMM",
@@ -268,9 +269,36 @@ def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:
     flags, missing_true), as int64 (N, trees); ``None`` when the call does not qualify
     (module not built, BRANCH_MEMBER nodes). ``ValueError`` for a walk that leaves the
     nodes or loops."""
+    arrays = _forest_arrays(x, forest)
+    if arrays is None:
+        return None
+    out = np.empty((x.shape[0], len(forest.roots)), np.int64)
+    _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
+                        forest.weight.shape[0])
+    return out
+
+
+def tree_scores(x: np.ndarray, forest: Any, weights: np.ndarray) -> np.ndarray | None:
+    """Each row's sum over the trees of the weights (float32 (leaves, targets)) of the
+    leaves it reaches, in tree order and in float32 — the sum of the gathered weights
+    :func:`tree_leaves` leads to, without the (N, trees, targets) gather; ``None`` where
+    the call does not qualify (as :func:`tree_leaves`)."""
+    arrays = _forest_arrays(x, forest)
+    leaves = forest.weight.shape[0]
+    if arrays is None or weights.dtype != _F32 or weights.shape != (leaves, forest.n_targets) or not leaves:
+        return None
+    out = np.empty((x.shape[0], forest.n_targets), _F32)
+    _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
+                        leaves, np.ascontiguousarray(weights), forest.n_targets)
+    return out
+
+
+def _forest_arrays(x: np.ndarray, forest: Any) -> tuple[np.ndarray, ...] | None:
+    """The forest's node arrays as the compiled walk takes them (made once per forest),
+    or None when the walk does not apply."""
     if not ENABLED or not hasattr(_native, "tree_leaves") or forest.members or x.ndim != 2 or x.shape[1] < 1:
         return None
-    arrays = getattr(forest, "_compiled_arrays", None)
+    arrays: tuple[np.ndarray, ...] | None = getattr(forest, "_compiled_arrays", None)
     if arrays is None:
         as64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
         as8 = lambda a: np.ascontiguousarray(a, dtype=np.uint8)  # noqa: E731
@@ -278,10 +306,7 @@ def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:
                   as64(forest.mode), as64(forest.true_id), as8(forest.true_leaf), as64(forest.false_id),
                   as8(forest.false_leaf), as8(forest.missing_true))
         forest._compiled_arrays = arrays
-    out = np.empty((x.shape[0], len(forest.roots)), np.int64)
-    _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
-                        forest.weight.shape[0])
-    return out
+    return arrays
 
 
 def accumulators_to_float(acc: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray | None:

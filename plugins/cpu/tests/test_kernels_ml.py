@@ -408,12 +408,35 @@ def test_compiled_tree_walk_matches_the_numpy_walk(rows):
 
 
 @pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
+@pytest.mark.parametrize("rows", [1, 3, 7, 300])
+def test_compiled_tree_scores_equal_the_gathered_sum(rows):
+    """The walk summing the leaves' weights as it goes (one row, a few rows inline, many
+    in the pool) equals the sum of the gathered weights bit for bit (float32, tree order)."""
+    forest = _random_forest(n_features=5, trees=11, depth=4, seed=rows + 50)
+    rng = np.random.default_rng(rows)
+    x = rng.choice([-1.0, 0.0, 0.5, np.nan, np.inf], (rows, 5)) * rng.random((rows, 5)) * 2
+    x[0, :] = [0.0, 0.5, np.nan, -np.inf, 0.5]
+    weights = forest._weights(np.float32)
+    want = np.add.reduce(weights[forest.leaves(x)], axis=1)
+    got = native.tree_scores(x.astype(np.float32), forest, weights)
+    assert got is not None and got.dtype == np.float32 and got.shape == (rows, 3)
+    np.testing.assert_array_equal(got, want)
+    forest.scorer = native.tree_scores
+    np.testing.assert_array_equal(forest.summed(x.astype(np.float32), np.float32), want)
+    # what it does not take: float64 weights, a shape that is not (leaves, targets)
+    assert native.tree_scores(x, forest, weights.astype(np.float64)) is None
+    assert native.tree_scores(x, forest, weights[:, :2]) is None
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
 def test_compiled_tree_walk_refuses_a_cycle():
     forest = _random_forest(n_features=2, trees=1, depth=2, seed=0)
     forest.false_id[0], forest.false_leaf[0] = 0, False  # the root's false side loops to itself
     forest.mode[0], forest.split[0] = 0, -np.inf  # x <= -inf: always false
     with pytest.raises(ValueError, match="looped"):
         native.tree_leaves(np.zeros((1, 2)), forest)
+    with pytest.raises(ValueError, match="looped"):
+        native.tree_scores(np.zeros((1, 2)), forest, forest._weights(np.float32))
 
 
 def test_tree_ensembles_take_the_compiled_walk_where_built():

@@ -145,6 +145,14 @@ def _expand_binary(xp: Any, s: Any, kind: int, mode: Any) -> Any:
 def _argmax(xp: Any, s: Any) -> Any:
     """onnxruntime's arg-max scan (``score > best``, the first column the start): a NaN
     never wins, except a NaN first column, which nothing beats."""
+    if xp is np and len(s) == 1 and s.shape[1]:
+        # numpy's arg-max is the scan without NaN, and picks a row's first NaN if it has
+        # one: one row needs only its pick tested (0.4 µs; the NaN mask and its reduction
+        # below cost 1.2)
+        idx = s.argmax(axis=1)
+        picked = s.item(int(idx[0]))
+        if picked == picked:
+            return idx
     nan = xp.isnan(s)
     if xp is np and not np.logical_or.reduce(nan, axis=None):  # numpy's arg-max is the scan without NaN
         return s.argmax(axis=1)
@@ -346,6 +354,9 @@ class _Forest:
     the level-by-level numpy walk of :meth:`leaves`."""
 
     walker: Any = None
+    #: the backend's ``tree_scores`` (``scorer(x, forest, weights)`` → the summed
+    #: weights, or None where it does not apply)
+    scorer: Any = None
 
     def __init__(self, *, roots: np.ndarray, feature: np.ndarray, split: np.ndarray, mode: np.ndarray,
                  true_id: np.ndarray, true_leaf: np.ndarray, false_id: np.ndarray, false_leaf: np.ndarray,
@@ -417,6 +428,19 @@ class _Forest:
         x = x[None, :] if x.ndim == 1 else x
         leaf = self.leaves(x.reshape(x.shape[0], prod(x.shape[1:])).astype(np.float64, copy=False))
         return self._weights(dtype)[leaf], self.votes[leaf]
+
+    def summed(self, x: np.ndarray, dtype: Any) -> np.ndarray:
+        """Per sample (rows of 2-D ``x``), the sum over the trees of the reached leaves'
+        weights in ``dtype``, added in tree order: the backend's compiled walk summing as
+        it goes where it has one (``tree_scores``), else the gathered weights' sum."""
+        if self.max_feature >= x.shape[1]:
+            raise ValueError(f"a node reads feature {self.max_feature} of {x.shape[1]}")
+        weights = self._weights(dtype)
+        if self.scorer is not None and len(x):
+            s = self.scorer(x, self, weights)
+            if s is not None:
+                return s
+        return np.add.reduce(weights[self.leaves(x.astype(np.float64))], axis=1)
 
     def _weights(self, dtype: Any) -> np.ndarray:
         """The leaf x target weights as ``dtype``, converted once (the same values as
@@ -630,6 +654,7 @@ class TreeEnsembleClassifier(_MLKernel):
         self.base = self.floats("base_values", tensor=True)
         self.forest = _old_forest(self, "class", n)
         self.forest.walker = self.backend.extras.get("tree_leaves")
+        self.forest.scorer = self.backend.extras.get("tree_scores")
         ids = np.asarray(info.attr("class_ids", []), dtype=np.int64)
         self.binary_case = n == 2 and len(set(ids.tolist())) == 1
         self.all_positive = bool((self.floats("class_weights", tensor=True) >= 0).all())
@@ -641,8 +666,7 @@ class TreeEnsembleClassifier(_MLKernel):
     def compute(self, x: Any) -> tuple[Any, Any]:
         xh = self.host(x)
         if self.dense and xh.dtype == np.float32 and xh.ndim == 2:
-            leaf = self.forest.leaves(xh.astype(np.float64))
-            s = np.add.reduce(self.forest._weights(np.float32)[leaf], axis=1)
+            s = self.forest.summed(xh, np.float32)
             return self._out(s.argmax(axis=1)), self.xp.asarray(_transform(np, s, self.post, self.softmax))
         # onnxruntime sums in float32 unless the input is double (a tie at 0 or 0.5 decides
         # the binary label, so the precision matters).
@@ -741,6 +765,10 @@ class LinearClassifier(_MLKernel):
             raise InvalidGraph(f"{self.where()}: one score column needs exactly 2 class labels")
         if n > 1 and len(self.classes) < n:
             raise InvalidGraph(f"{self.where()}: {n} score columns but {len(self.classes)} class labels")
+        # laid out once: a contiguous (features, classes) operand, and the intercepts as a
+        # row of the scores' rank (numpy broadcasts unequal ranks through a slower path)
+        self._coef_t = np.ascontiguousarray(self.coef.T)
+        self._intercept_row = self.intercepts.reshape(1, -1)
 
     def compute(self, x: Any) -> tuple[Any, Any]:
         xp = self.xp
@@ -748,8 +776,8 @@ class LinearClassifier(_MLKernel):
         if xf.shape[1] != self.coef.shape[1]:
             raise ValueError(f"X has {xf.shape[1]} features, the coefficients {self.coef.shape[1]}")
         if xp is np:
-            s = xf @ self.coef.T
-            s += self.intercepts  # in place: the product is this call's own
+            s = xf @ self._coef_t
+            s += self._intercept_row  # in place: the product is this call's own
         else:
             s = xf @ self.const(self.coef.T) + self.const(self.intercepts)
         if s.shape[1] == 1:
@@ -953,13 +981,16 @@ class Scaler(_MLKernel):
             self.offset = np.zeros(1, np.float32)
         if not len(self.scale):
             self.scale = np.ones(1, np.float32)
+        self._offset_row, self._scale_row = self.offset.reshape(1, -1), self.scale.reshape(1, -1)
         self.features = -1  # the last input's feature count, once the attributes fit it
 
     def compute(self, x: Any) -> tuple[Any]:
         if self.xp is np and x.ndim and x.shape[-1] == self.features:
-            # the attributes were checked against this many features already
-            y = (x if x.dtype == np.float32 else x.astype(np.float32)) - self.offset
-            y *= self.scale  # in place: y is this call's own (the same rounding)
+            # the attributes were checked against this many features already; as rows of
+            # x's rank for the usual 2-D x (numpy broadcasts unequal ranks more slowly)
+            two_d = x.ndim == 2
+            y = (x if x.dtype == np.float32 else x.astype(np.float32)) - (self._offset_row if two_d else self.offset)
+            y *= self._scale_row if two_d else self.scale  # in place: y is this call's own (the same rounding)
             return (y,)
         xf = self.xp.astype(x, self.backend.dtype(np.float32))
         off, scale = (self.const(_per_feature(p, x, what)) for p, what in ((self.offset, "offset"),

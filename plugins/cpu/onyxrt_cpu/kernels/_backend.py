@@ -2,8 +2,9 @@
 element type numpy holds, the float64 ``erf`` of :mod:`._special` (numpy has none), and
 ``sigmoid``/``tanh`` as onnxruntime computes them in float32 (:func:`.native.logistic`,
 bit-identical to its MLAS kernels where the compiled module is built), which the library's
-recurrent operators take for their gates; ``tree_leaves``, the compiled walk of the
-ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`); and ``softmax``, the compiled row
+recurrent operators take for their gates; ``tree_leaves``/``tree_scores``, the compiled
+walk of the ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`, and the leaves'
+weights summed in it); and ``softmax``, the compiled row
 softmax their SOFTMAX post-transform takes (:func:`.native.softmax_last_axis`)."""
 
 from __future__ import annotations
@@ -44,5 +45,5 @@ def tanh(x: Any) -> Any:
 #: What the library's operators compute with on the CPU (bound in ``kernels/__init__``).
 BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
                                 # only where compiled: the library walks the trees itself
-                                **({"tree_leaves": native.tree_leaves,
+                                **({"tree_leaves": native.tree_leaves, "tree_scores": native.tree_scores,
                                     "softmax": native.softmax_last_axis} if native.ENABLED else {})})

@@ -26,6 +26,8 @@ not apply:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -70,9 +72,45 @@ class Gelu(library.kernel("Gelu", 20, BACKEND)):
         return (y,)
 
 
+def _float32_input(info: KernelInfo) -> bool:
+    """Whether the node's first input is known, when built, to be float32."""
+    t = info.input_types[0] if info.input_types else None
+    return t is not None and bool(t.elem_type) and np_dtype(t.elem_type) == np.float32
+
+
+def _compiled_call(kernel: Any, call: Callable[[np.ndarray, np.ndarray], Any]) -> None:
+    """Make ``kernel.compute`` ``call(x, y)`` into a new ``y`` for a C-contiguous, non-empty
+    float32 ``x`` (the node's input type, checked when built), the kernel's own compute
+    otherwise: a one-row model's activation is then one compiled call (Sigmoid of 64
+    floats 1.6 → ~0.6 µs), without the library's per-call dispatch and checks."""
+    general = kernel.compute
+    empty_like = np.empty_like
+
+    def compute(x: Any) -> tuple[Any]:
+        if type(x) is np.ndarray and x.flags.c_contiguous and x.size:
+            y = empty_like(x)
+            call(x, y)
+            return (y,)
+        return general(x)
+
+    kernel.compute = compute
+
+
+_NATIVE = native.compiled_module() if native.ENABLED else None
+
+
 @registry.register("Softmax", since=(1, 11, 13))
 class Softmax(library.kernel("Softmax", 13, BACKEND)):
     """Softmax with the compiled last-axis pass for float32, numpy in place otherwise."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        t = info.input_types[0] if info.input_types else None
+        rank = len(t.shape) if t is not None and t.shape is not None else None
+        last = self.axis == -1 or (rank is not None and self.axis in (rank - 1, -1))
+        if self.per_axis and last and _float32_input(info) and hasattr(_NATIVE, "softmax"):
+            softmax = _NATIVE.softmax
+            _compiled_call(self, lambda x, y: softmax(x, y, x.shape[-1]))
 
     def along(self, x, axis):
         if axis == x.ndim - 1:
@@ -96,6 +134,12 @@ def _fast_sigmoid(x: np.ndarray) -> np.ndarray:
 class Sigmoid(library.kernel("Sigmoid", 13, BACKEND)):
     """Sigmoid: compiled (onnxruntime's numerics) for float32, else in place on one buffer."""
 
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        if _float32_input(info) and hasattr(_NATIVE, "logistic_tanh"):
+            logistic_tanh = _NATIVE.logistic_tanh
+            _compiled_call(self, lambda x, y: logistic_tanh(x, y, False))
+
     def f(self, x):
         return _fast_sigmoid(x)
 
@@ -103,6 +147,12 @@ class Sigmoid(library.kernel("Sigmoid", 13, BACKEND)):
 @registry.register("Tanh", since=(1, 6, 13))
 class Tanh(library.kernel("Tanh", 13, BACKEND)):
     """Tanh: compiled (onnxruntime's numerics) for float32, else the library's."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        if _float32_input(info) and hasattr(_NATIVE, "logistic_tanh"):
+            logistic_tanh = _NATIVE.logistic_tanh
+            _compiled_call(self, lambda x, y: logistic_tanh(x, y, True))
 
     def f(self, x):
         y = native.tanh(x) if x.dtype == np.float32 else None

@@ -90,15 +90,19 @@ def _ufunc_compute(ufunc: Callable[..., Any], arity: int, quiet: bool) -> Callab
     """A kernel's compute that is ``ufunc`` on its ``arity`` (1 or 2) operands alone, a 0-d
     result (numpy returns a scalar) as an array, for kernels whose operand types are known
     when built (Add/Sub/Mul here, Div/Max/Min and the unary maths below). With ``quiet``
-    (always, for one operand) floating-point errors are ignored: free inside a run, which
-    ignores them already."""
+    floating-point errors are ignored (nearly free inside a run, which ignores them
+    already; ~0.3 µs of a 0.8 µs call on 64 floats, so not for ufuncs that raise none)."""
     ndarray = np.ndarray
     asarray = np.asarray
 
-    if arity == 1:
+    if arity == 1 and quiet:
         def compute(x: Any) -> tuple[np.ndarray]:
             with quiet_float_errors():
                 r = ufunc(x)
+            return (r if type(r) is ndarray else asarray(r),)
+    elif arity == 1:
+        def compute(x: Any) -> tuple[np.ndarray]:
+            r = ufunc(x)
             return (r if type(r) is ndarray else asarray(r),)
     elif quiet:
         def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
@@ -110,6 +114,33 @@ def _ufunc_compute(ufunc: Callable[..., Any], arity: int, quiet: bool) -> Callab
             r = ufunc(a, b)
             return (r if type(r) is ndarray else asarray(r),)
 
+    return compute
+
+
+def _rank_aligned(compute: Callable[..., tuple[np.ndarray]], info: KernelInfo) -> Callable[..., tuple[np.ndarray]]:
+    """``compute`` with a constant operand of lower rank than the other (a bias (64,)
+    added to (batch, 64)) handed over as a view of the other's rank, made once: numpy
+    broadcasts operands of unequal rank through a slower path (Mul of (1, 64) by (64,)
+    0.82 µs, by (1, 64) 0.31). Leading 1s change no result or output shape."""
+    for i in (0, 1):
+        src = info.constant(i)
+        other = info.input_types[1 - i] if len(info.input_types) > 1 - i else None
+        if (isinstance(src, np.ndarray) and src.ndim >= 1 and other is not None and other.shape is not None
+                and len(other.shape) > src.ndim):
+            return _with_constant(compute, i, src, src.reshape((1,) * (len(other.shape) - src.ndim) + src.shape))
+    return compute
+
+
+def _with_constant(inner: Callable[..., tuple[np.ndarray]], i: int, src: np.ndarray,
+                   aligned: np.ndarray) -> Callable[..., tuple[np.ndarray]]:
+    """``inner`` given ``aligned`` for operand ``i`` whenever that operand is ``src``
+    (an overridden initializer, fed at run time, is passed as it is)."""
+    if i == 1:
+        def compute(a: Any, b: Any) -> tuple[np.ndarray]:
+            return inner(a, aligned if b is src else b)
+    else:
+        def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
+            return inner(aligned if a is src else a, b)
     return compute
 
 
@@ -125,7 +156,7 @@ class _SameType:
         types = [t.elem_type if t is not None else None for t in info.input_types[:2]]
         same = not self.legacy and len(types) == 2 and types[0] and types[0] == types[1]
         if same and np_dtype(types[0]).kind in "biuf":
-            self.compute = _ufunc_compute(self.fn, 2, quiet=False)  # type: ignore[method-assign]
+            self.compute = _rank_aligned(_ufunc_compute(self.fn, 2, quiet=False), info)  # type: ignore[method-assign]
 
 
 @registry.register("Add", since=_ARITH_VERSIONS)
@@ -148,6 +179,8 @@ class Mul(_SameType, library.kernel("Mul", 14, BACKEND)):
 # --------------------------------------------------------------------------------------
 
 _WIDE_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+#: ufuncs that raise no floating-point error on any float input (NaN and inf included)
+_NO_FLOAT_ERRORS = frozenset((np.abs, np.negative, np.maximum, np.minimum))
 
 
 def _fast_float_kernel(op: str, versions: tuple[int, ...], ufunc: Callable[..., Any], arity: int,
@@ -163,7 +196,8 @@ def _fast_float_kernel(op: str, versions: tuple[int, ...], ufunc: Callable[..., 
         types = [t.elem_type if t is not None else None for t in info.input_types]
         if (len(types) == arity and types[0] and len(set(types)) == 1 and info.since_version >= 7
                 and np_dtype(types[0]) in _WIDE_FLOATS):
-            self.compute = _ufunc_compute(ufunc, arity, quiet=True)
+            compute = _ufunc_compute(ufunc, arity, quiet=ufunc not in _NO_FLOAT_ERRORS)
+            self.compute = _rank_aligned(compute, info) if arity == 2 else compute
 
     cls = type(op, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
     return registry.register(op, since=versions)(cls)
