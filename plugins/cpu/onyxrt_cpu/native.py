@@ -172,7 +172,7 @@ def status() -> str:
                                                 else "this CPU has no AVX-512"))
     int8 = "int8 GEMM (AVX-512 VNNI)" if QGEMM else "no int8 GEMM (this CPU has no AVX-512 VNNI)"
     return ("compiled kernels (depthwise conv, im2col, Winograd 3x3 conv, conv epilogue, "
-            f"MaxPool, GELU, Softmax, LayerNormalization, Sigmoid/Tanh, RNN/GRU/LSTM recurrences; {nchwc}; {gemm}; {int8}) enabled")
+            f"MaxPool, GELU, Softmax, LayerNormalization, Sigmoid/Tanh, RNN/GRU/LSTM recurrences, one-row GEMV, tree walks; {nchwc}; {gemm}; {int8}) enabled")
 
 
 def _ready(*arrays: np.ndarray | None) -> bool:

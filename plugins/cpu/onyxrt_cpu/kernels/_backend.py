@@ -4,7 +4,8 @@ element type numpy holds, the float64 ``erf`` of :mod:`._special` (numpy has non
 bit-identical to its MLAS kernels where the compiled module is built), which the library's
 recurrent operators take for their gates; ``tree_leaves``/``tree_scores``, the compiled
 walk of the ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`, and the leaves'
-weights summed in it); and ``softmax``, the compiled row
+weights summed in it); ``row_product``, the compiled one-row product
+(:func:`.native.one_row_product`) of the linear classifiers; and ``softmax``, the compiled row
 softmax their SOFTMAX post-transform takes (:func:`.native.softmax_last_axis`)."""
 
 from __future__ import annotations
@@ -46,4 +47,5 @@ def tanh(x: Any) -> Any:
 BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
                                 # only where compiled: the library walks the trees itself
                                 **({"tree_leaves": native.tree_leaves, "tree_scores": native.tree_scores,
+                                    "row_product": native.one_row_product,
                                     "softmax": native.softmax_last_axis} if native.ENABLED else {})})
