@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from . import model_config, symbolic_shapes
+from . import contrib_shapes, model_config, symbolic_shapes
 from .devices import EpDevice
 from .discovery import (
     CPU_PROVIDER,
@@ -1228,6 +1228,9 @@ def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     # A rerun (after folding made shapes constant) must not keep the placeholders the last
     # run invented for what it did not know: onnx keeps a dimension name it is given.
     symbolic_shapes.forget_invented(skeleton.graph)
+    # onnx's inference stops at the com.microsoft operators tools write (MatMulNBits...):
+    # standard stand-ins in the skeleton carry it through them.
+    contrib_shapes.stand_in(skeleton)
     try:
         inferred = infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
         # Symbolic dimensions through computed shapes (seq*12 where onnx says unk__3), each

@@ -45,7 +45,7 @@ from .elementwise_fusion import fuse_elementwise
 from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
 from .pad_fusion import fuse_pad
-from .quantization_fusions import fuse_integer_matmul
+from .quantization_fusions import fuse_integer_matmul, fuse_matmul_nbits_bias
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 from .transformer_fusions import fuse_gelu, fuse_layer_norm
 
@@ -92,6 +92,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_gelu", EXTENDED, fuse_gelu),
     Pass("fuse_matmul", EXTENDED, fuse_matmul),
     Pass("fuse_integer_matmul", EXTENDED, fuse_integer_matmul),
+    Pass("fuse_matmul_nbits_bias", EXTENDED, fuse_matmul_nbits_bias),
     Pass("fuse_gemm_activation", EXTENDED, fuse_gemm_activation),
     Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
     Pass("fuse_elementwise", EXTENDED, fuse_elementwise, opt_in=True),

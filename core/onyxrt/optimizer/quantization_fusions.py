@@ -30,7 +30,7 @@ from onnx import helper
 from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, other_input
 from .support import PassContext
 
-__all__ = ["fuse_integer_matmul"]
+__all__ = ["fuse_integer_matmul", "fuse_matmul_nbits_bias"]
 
 _MS = "com.microsoft"
 _FLOAT = onnx.TensorProto.FLOAT
@@ -98,4 +98,36 @@ def fuse_integer_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelP
         fused = True
     if fused:
         rw.require_domain(_MS, 1)
+    return rw.commit()
+
+
+#: MatMulNBits's bias: input 5, after (A, B, scales, zero_points, g_idx)
+_NBITS_BIAS = 5
+
+
+def fuse_matmul_nbits_bias(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
+    """``com.microsoft::MatMulNBits`` → ``Add`` of a constant 1-D bias (one value per
+    column, in A's float type) → the MatMulNBits with that bias as its input 5, as
+    onnxruntime's quantizer leaves every linear layer of a 4-bit model (the bias added in
+    another pass over the product; the CPU adds it to each tile of the product instead).
+    Only where every provider of the session runs MatMulNBits, and no bias is set yet."""
+    if not has_op(model.graph, "MatMulNBits", domains=(_MS,)) or not ctx.can_run(_MS, "MatMulNBits"):
+        return model
+    rw = Rewrite(model, ctx.arrays)
+    for mm in model.graph.node:
+        if mm.domain != _MS or mm.op_type != "MatMulNBits" or rw.is_removed(mm) or len(mm.input) > _NBITS_BIAS:
+            continue
+        add = rw.sole_consumer(mm.output[0])
+        if not _default(add, "Add"):
+            continue
+        bias = other_input(add, mm.output[0])
+        value = rw.array(bias)
+        n = next((a.i for a in mm.attribute if a.name == "N"), None)
+        if (value is None or value.ndim != 1 or value.shape[0] != n or value.dtype != rw.dtype(mm.input[0])
+                or rw.shape(add.output[0]) != rw.shape(mm.output[0]) or not rw.claimable([mm, add])):
+            continue
+        inputs = [*mm.input, *[""] * (_NBITS_BIAS - len(mm.input)), bias]
+        fused = helper.make_node("MatMulNBits", inputs, [add.output[0]], name=mm.name, domain=_MS)
+        fused.attribute.extend(mm.attribute)
+        rw.replace([mm, add], [fused])
     return rw.commit()

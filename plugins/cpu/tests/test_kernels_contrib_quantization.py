@@ -84,12 +84,17 @@ def _nbits_weights(n: int, k: int, block: int, seed: int = 0):
 
 @pytest.mark.parametrize("budget", [None, 0], ids=["dequantized_once", "over_budget"])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_matmul_nbits_with_constant_weights_matches_onnxruntime(monkeypatch, budget, with_bias):
+@pytest.mark.parametrize("rows", [(2, 5), (1,), (1, 1)], ids=["2x5", "1", "1x1"])
+@pytest.mark.parametrize("gemm_route", [True, False], ids=["compiled-gemm", "blas"])
+def test_matmul_nbits_with_constant_weights_matches_onnxruntime(monkeypatch, budget, with_bias, rows, gemm_route):
+    """Dequantized once — packed for the compiled GEMM where it is preferred (then the only
+    copy, one row included), else kept for numpy's matmul — or per run over the budget."""
+    monkeypatch.setattr(native, "GEMM_PREFERRED", gemm_route and native.ENABLED)
     if budget is not None:
         monkeypatch.setattr(contrib_quantization, "DEQUANTIZED_WEIGHTS_BUDGET", budget)
     k, n, block = 80, 37, 32  # K not a multiple of the block, N odd
     b, scales, zps = _nbits_weights(n, k, block)
-    a = np.random.default_rng(1).standard_normal((2, 5, k)).astype(np.float32)
+    a = np.random.default_rng(1).standard_normal((*rows, k)).astype(np.float32)
     inits = {"b": b, "scales": scales, "zps": zps}
     inputs = ["a", "b", "scales", "zps"]
     if with_bias:
@@ -97,14 +102,17 @@ def test_matmul_nbits_with_constant_weights_matches_onnxruntime(monkeypatch, bud
         inputs += ["", "bias"]
     node = helper.make_node("MatMulNBits", inputs, ["y"], domain=MS, K=k, N=n, bits=4, block_size=block)
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 5, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, n])],
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [*rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*rows, n])],
         [numpy_helper.from_array(v, name) for name, v in inits.items()])
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
                              ir_version=10).SerializeToString()
     session = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"])
     kernels = [k_ for k_ in _kernels(session) if isinstance(k_, contrib_quantization.MatMulNBits)]
-    assert len(kernels) == 1 and (kernels[0]._weights is None) == (budget == 0)
+    assert len(kernels) == 1
+    kernel = kernels[0]
+    assert (kernel._weights is None and kernel._packed is None) == (budget == 0)
+    assert (kernel._packed is not None) == (budget != 0 and gemm_route and native.ENABLED)
     ours = session.run(None, {"a": a})[0]
     theirs = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)

@@ -10,7 +10,8 @@
   the int8 kernel (:func:`.linalg.integer_product`, ``csrc/qgemm.c``) when B and its zero
   point are constants and the CPU has AVX-512 VNNI, the library's exact product otherwise.
 * MatMulNBits — constant 2/4/8-bit weights dequantized once into float32 (within a
-  process-wide budget), not on every run.
+  process-wide budget), not on every run, and packed for the compiled GEMM where it is
+  preferred (its bias added to each tile, as a FusedMatMul's).
 
 Every other operator is the library's, bound over numpy in ``kernels/__init__``.
 """
@@ -150,18 +151,44 @@ class MatMulNBits(library.kernel("MatMulNBits", 1, BACKEND, _MS)):
             self._weights = np.ascontiguousarray(self.weights(b, scales, zero_points) if w is None else w)
             _dequantized_bytes += size
             weakref.finalize(self, _release, size)
+        # Where the compiled GEMM is preferred, the dequantized weights are kept packed for
+        # it instead (the float32 (N, K) copy is dropped: one copy in memory), as a
+        # FusedMatMul's constant weights: the products of a 4-bit BERT took 6x a float
+        # BERT's FusedMatMul through numpy's matmul of the transposed weights.
+        self._packed: native.PackedMatrix | None = None
+        if self._weights is not None and self._weights.dtype == np.float32 and native.GEMM_PREFERRED:
+            self._packed = native.pack_gemm_b(self._weights.T)
+            if self._packed is not None:
+                self._weights = None
 
     def compute(self, a, b, scales, zero_points=None, g_idx=None, bias=None):
-        w = self._weights
-        if w is None or g_idx is not None or any(
+        w, packed = self._weights, self._packed
+        if (w is None and packed is None) or g_idx is not None or any(
                 given is not src for given, src in zip((b, scales, zero_points), self._sources)):
             return super().compute(a, b, scales, zero_points, g_idx, bias)
         if a.shape[-1] != self.k:
             raise ValueError(f"A has {a.shape[-1]} columns; K={self.k}")
+        if packed is not None:
+            return (self._packed_product(a, packed, bias),)
         y = matmul(self.widen(a), w.T)
         if bias is not None:
             y += self.widen(bias)
         return (self.narrow(y, a),)
+
+    def _packed_product(self, a: np.ndarray, packed: native.PackedMatrix, bias: np.ndarray | None) -> np.ndarray:
+        """A @ the packed weights (+ bias, added to each tile by the GEMM), any number of
+        rows (one included: there is no other copy of the weights to hand the BLAS)."""
+        af = np.ascontiguousarray(self.widen(a), dtype=np.float32)
+        rows = af.size // self.k
+        col_bias = None
+        if bias is not None:
+            col_bias = np.ascontiguousarray(self.widen(bias), dtype=np.float32).reshape(-1)
+            if col_bias.size != self.n:
+                raise ValueError(f"bias has {col_bias.size} values; N={self.n}")
+        y = np.empty((rows, self.n), np.float32)
+        if rows and not native.gemm(af.reshape(rows, self.k), packed, y, None, col_bias):
+            raise RuntimeError("the compiled GEMM declined the dequantized weights it packed")
+        return self.narrow(y.reshape(a.shape[:-1] + (self.n,)), a)
 
 
 def _release(size: int) -> None:
