@@ -41,6 +41,11 @@ GPU_OPTIONS = OptionSchema([
            choices=EXTEND_STRATEGIES),
     Option("do_copy_in_default_stream", bool, True,
            "copy on the compute stream (False: a separate copy stream)"),
+    # onnxruntime's CUDA provider key and default: float32 MatMul/Gemm/Conv GEMMs may use
+    # TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); "0" keeps full float32 products.
+    Option("use_tf32", bool, True,
+           "float32 matrix products on TF32 tensor cores (0: full float32 accumulation; "
+           "CUDA only, ROCm products are unchanged)"),
     # onnxruntime's cuDNN keys: validated and reported so existing code keeps working;
     # onyxrt's convolutions are im2col + cuBLAS/hipBLAS GEMMs, so they select nothing.
     Option("cudnn_conv_algo_search", str, "EXHAUSTIVE",

@@ -476,20 +476,63 @@ def test_streams_events_and_synchronization(sim_cupy):
 # ------------------------------------------------------------------ attribute surface
 
 _PROBE = r"""
-import importlib, json, sys
+import importlib, importlib.util, json, re, sys, zlib
 wanted = json.load(sys.stdin)
 import cupy
 if getattr(cupy, "__onyxrt_simulated__", False):
     raise SystemExit("the cupy found is the simulation, not the real package")
-modules = {name: importlib.import_module(name) for name in wanted["modules"]}
-missing = []
+# Modules CuPy makes on first attribute access and that load a CUDA library (cuBLAS):
+# the extension module that implements each.
+BACKING = {"cupy.cuda.cublas": "cupy_backends.cuda.libs.cublas"}
+
+def resolve(name):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:  # cupy.cuda.cublas is an attribute of cupy.cuda, not a file
+        parent, _, attr = name.rpartition(".")
+        return getattr(resolve(parent), attr)
+
+def strings_of(name):
+    # The library is missing here (no CUDA toolkit): read the names from the Cython
+    # extension instead, whose string table may be zlib-compressed.
+    data = open(importlib.util.find_spec(BACKING[name]).origin, "rb").read()
+    texts = [data]
+    for m in re.finditer(rb"\x78[\x01\x5e\x9c\xda]", data):
+        try:
+            out = zlib.decompressobj().decompress(data[m.start():m.start() + (1 << 22)])
+        except zlib.error:
+            continue
+        if len(out) > 256:
+            texts.append(out)
+    return texts
+
+def has(obj, attr):
+    try:
+        getattr(obj, attr)
+    except AttributeError:
+        return False
+    except ImportError:  # the name exists; its CUDA library is not installed here
+        return True
+    return True
+
+missing, scanned = [], []
+modules = {}
 for name, attrs in wanted["modules"].items():
-    missing += [f"{name}.{a}" for a in attrs if not hasattr(modules[name], a)]
+    try:
+        modules[name] = resolve(name)
+    except ImportError:
+        if name not in BACKING:
+            raise
+        texts = strings_of(name)
+        scanned.append(name)
+        missing += [f"{name}.{a}" for a in attrs if not any(a.encode() in t for t in texts)]
+        continue
+    missing += [f"{name}.{a}" for a in attrs if not has(modules[name], a)]
 for key, attrs in wanted["classes"].items():
     mod, cls = key.rsplit(".", 1)
     klass = getattr(modules[mod], cls)
-    missing += [f"{key}.{a}" for a in attrs if not hasattr(klass, a)]
-print(json.dumps({"version": cupy.__version__, "missing": missing}))
+    missing += [f"{key}.{a}" for a in attrs if not has(klass, a)]
+print(json.dumps({"version": cupy.__version__, "missing": missing, "scanned": scanned}))
 """
 
 

@@ -9,7 +9,10 @@ view (``cupy.lib.stride_tricks.as_strided``, no copy), laid out once as a
 one slice per tap. A 1x1 convolution without padding is a plain (batched) GEMM on the
 input itself; a depthwise convolution (one input channel per group) accumulates its taps
 with multiply-adds instead of building columns. Column matrices larger than a budget are
-built a few images at a time.
+built a few images at a time. The GEMMs of float16 and float32 convolutions go to cuBLAS
+with an explicit compute type (:mod:`.blas`: float32 accumulation for float16, TF32 under
+``use_tf32``); a grouped convolution of several images, whose batch is not one stride,
+keeps ``cupy.matmul``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from onyxrt_ops import library
 from . import registry
 from ._common import BACKEND, FLOATS
 from ._spatial import pad_spatial, prod, windows
+from .blas import kernel_blas
 
 __all__ = ["Conv"]
 
@@ -38,9 +42,9 @@ class Conv(library.kernel("Conv", 22, BACKEND)):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.cp = self.xp.module
+        self.blas = kernel_blas(info)
 
     def compute(self, x, w, b=None):
-        cp = self.cp
         k, s, d, win = self._geometry(x, w)
         n, c = x.shape[:2]
         m = w.shape[0]
@@ -59,7 +63,7 @@ class Conv(library.kernel("Conv", 22, BACKEND)):
             xs = x
             if any(st != 1 for st in s):
                 xs = x[(slice(None), slice(None)) + tuple(slice(None, None, st) for st in s)]
-            y = cp.matmul(wr, xs.reshape(n, g, cg, prod(out)))
+            y = self.blas.product(wr, xs.reshape(n, g, cg, prod(out)))
         elif cg == 1 and g > 1:
             y = self._depthwise(x, w, k, s, d, win)
         else:
@@ -84,12 +88,12 @@ class Conv(library.kernel("Conv", 22, BACKEND)):
         nb = max(1, COLUMN_BUDGET // max(per_image, 1))
         if nb >= n:
             cols = view.transpose(perm).reshape(n, g, kg, L)
-            return cp.matmul(wr, cols)
+            return self.blas.product(wr, cols)
         y = cp.empty((n, g, wr.shape[1], L), dtype=x.dtype)
         for n0 in range(0, n, nb):
             part = view[n0 : n0 + nb]
             cols = part.transpose(perm).reshape(part.shape[0], g, kg, L)
-            y[n0 : n0 + nb] = cp.matmul(wr, cols)
+            y[n0 : n0 + nb] = self.blas.product(wr, cols)
         return y
 
     def _depthwise(self, x: Any, w: Any, k: Any, s: Any, d: Any, win: Window) -> Any:

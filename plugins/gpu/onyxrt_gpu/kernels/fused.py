@@ -3,7 +3,8 @@
 The same semantics as the CPU's (``onyxrt_cpu.kernels.fused``; see ``onyxrt.optimizer``):
 ``FusedConv`` adds the bias, the residual ``Z`` and applies the activation in place on the
 convolution's output (``onyxrt.optimizer.fused_ops``, shared with the CPU); ``FusedMatMul``
-is ``alpha * A' @ B' + bias`` with transposed views handed to cuBLAS/hipBLAS by flag. ``Gelu`` and
+is ``alpha * A' @ B' + bias`` with transposed views handed to cuBLAS/hipBLAS by flag (float16
+and float32 through :mod:`.blas`, with an explicit compute type). ``Gelu`` and
 ``LayerNormalization`` (the operator library's) are the standard kernels, registered in the fused
 domain for models whose opset predates them.
 """
@@ -18,6 +19,7 @@ from onyxrt_ops import library
 from . import registry
 from ._common import BACKEND, FLOATS, GpuKernel
 from .activation import Gelu
+from .blas import kernel_blas
 from .conv import Conv
 
 __all__ = ["FusedConv", "FusedMatMul"]
@@ -44,6 +46,7 @@ class FusedMatMul(GpuKernel):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.attrs = MatMulAttributes.of(info)
+        self.blas = kernel_blas(info)
 
     def compute(self, a, b, bias=None):
         if a.ndim < 2 or b.ndim < 2:
@@ -51,7 +54,7 @@ class FusedMatMul(GpuKernel):
         cp = self.cp
         am = cp.swapaxes(a, -1, -2) if self.attrs.trans_a else a
         bm = cp.swapaxes(b, -1, -2) if self.attrs.trans_b else b
-        y = cp.matmul(am, bm)
+        y = self.blas.product(am, bm)
         if self.attrs.alpha != 1.0:
             y *= y.dtype.type(self.attrs.alpha)
         if bias is not None:

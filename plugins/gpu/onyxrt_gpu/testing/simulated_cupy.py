@@ -1,7 +1,7 @@
 """A strict simulated CuPy, so the GPU providers are tested on machines without a GPU.
 
 :func:`install` puts simulated modules into ``sys.modules`` under ``cupy``, ``cupy.cuda``,
-``cupy.cuda.runtime``, ``cupy.cuda.memory``, ``cupy.lib``, ``cupy.lib.stride_tricks``,
+``cupy.cuda.runtime``, ``cupy.cuda.memory``, ``cupy.cuda.device``, ``cupy.lib``, ``cupy.lib.stride_tricks``,
 ``cupy.linalg``, ``cupy.fft``, ``cupyx``, ``cupyx.scipy`` and ``cupyx.scipy.special`` (restoring whatever was there on
 exit)::
 
@@ -34,6 +34,16 @@ What it simulates, strictly:
 * **Missing libraries**: ``missing_libraries=("compiler",)`` (no NVRTC/hiprtc) makes every
   operation that would run a compiled kernel raise CuPy's error, ``("blas",)`` (no
   cuBLAS/hipBLAS) every matmul/dot/einsum: a machine with only the driver.
+* **Streams**: the null (legacy default) stream runs everything at once; work issued on
+  another stream is queued and runs, reading its inputs then, only when something orders
+  it (synchronizing the stream or an event after it, ``wait_event``, a device
+  synchronization, a host read on that stream, or — for a blocking stream — work on the
+  null stream). An unordered read sees stale data, as on a device (see :class:`Stream`).
+* **cuBLAS**: ``cupy.cuda.cublas`` (an attribute, as in CuPy) with ``gemmEx`` and
+  ``gemmStridedBatchedEx`` computed with numpy on the device buffers (transpose flags,
+  leading dimensions, strides, alpha/beta, element and compute types), on the current
+  stream; ``cupy.cuda.device.get_cublas_handle``. ``cupy.matmul`` keeps CuPy 14.2's
+  element types: batched float16 operands are copied to float32 and back.
 * **Math**: the cupy functions the GPU kernels call (and only names real CuPy has),
   computed with numpy on the device buffers under numpy's (NEP 50) dtype rules, results
   written to newly allocated simulated device memory. Functions that return views in
@@ -43,7 +53,8 @@ What it simulates, strictly:
 Test-only statistics live on the :class:`SimulatedCupy` object, outside the cupy
 namespace: ``h2d``/``d2h``/``d2d`` copy counts and ``*_bytes``, ``allocations`` (raw
 device allocations), ``allocator_calls``, ``launches`` (device operations),
-``synchronizations``, ``bytes_in_use(device)``, ``peak_bytes(device)``,
+``synchronizations``, ``stream_waits``, ``matmul_upcasts``, ``gemm_calls`` (every GEMM
+with its compute type), ``bytes_in_use(device)``, ``peak_bytes(device)``,
 ``pinned_bytes_in_use`` and :meth:`SimulatedCupy.counters` for a snapshot;
 :meth:`SimulatedCupy.record_events` lists copies, launches and synchronizations in order.
 
@@ -55,8 +66,10 @@ attribute real CuPy lacks.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import math
 import sys
@@ -69,7 +82,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SimulatedCupy", "install", "simulated", "MODULE_NAMES", "SIMULATED_CLASSES"]
+__all__ = ["SimulatedCupy", "GemmCall", "install", "simulated", "MODULE_NAMES", "SIMULATED_CLASSES"]
 
 #: The modules a :class:`SimulatedCupy` puts into ``sys.modules``.
 MODULE_NAMES = (
@@ -77,6 +90,7 @@ MODULE_NAMES = (
     "cupy.cuda",
     "cupy.cuda.runtime",
     "cupy.cuda.memory",
+    "cupy.cuda.device",
     "cupy.lib",
     "cupy.lib.stride_tricks",
     "cupy.linalg",
@@ -229,9 +243,10 @@ class Device:
         sim._tls_state().device = self._id
 
     def synchronize(self) -> None:
-        """Wait for the device's queued work (counted)."""
+        """Wait for the device's queued work: every stream's queue runs (counted)."""
         sim = _sim()
         sim._device_state(self._id)
+        sim._run_all_streams()
         sim._count("synchronizations")
 
     @property
@@ -271,7 +286,16 @@ class Device:
 
 
 class Stream:
-    """A (simulated) CUDA stream; work runs eagerly, so synchronizing only counts."""
+    """A (simulated) CUDA stream.
+
+    The null (legacy default) stream runs work eagerly, as the simulation always has. Work
+    issued while another stream is current is *queued* on it and runs, in order, only when
+    something orders it: :meth:`synchronize`, an :class:`Event` recorded after it being
+    synchronized or waited on (:meth:`wait_event`), a device synchronization, a host read
+    (``get``) on this stream, or — for a blocking stream (``non_blocking=False``) — any
+    work on the null stream, which waits for blocking streams as the legacy default stream
+    does. An unordered read therefore sees stale data, as on a device.
+    """
 
     null: Stream
 
@@ -282,11 +306,14 @@ class Stream:
         self.device_id = _sim()._tls_state().device if _ACTIVE else 0
         self._non_blocking = bool(non_blocking)
         self._prev: list[Stream] = []
+        self._queue: collections.deque[Callable[[], None]] = collections.deque()
+        self._issued = 0  # operations queued on this stream so far
+        self._executed = 0  # of which have run
 
     @property
     def done(self) -> bool:
-        """True: simulated work completes eagerly."""
-        return True
+        """Whether every operation queued on the stream has run."""
+        return not self._queue
 
     @property
     def is_non_blocking(self) -> bool:
@@ -294,8 +321,10 @@ class Stream:
         return self._non_blocking
 
     def synchronize(self) -> None:
-        """Wait for the stream's work (counted)."""
-        _sim()._count("synchronizations")
+        """Wait for the stream's work: run what is queued (counted)."""
+        sim = _sim()
+        self._run(self._issued)
+        sim._count("synchronizations")
 
     def use(self) -> Stream:
         """Make this stream current for the calling thread."""
@@ -309,10 +338,32 @@ class Stream:
         return event
 
     def wait_event(self, event: Event) -> None:
-        """Make later work wait for ``event``: work runs eagerly here, so the wait is only
-        counted (``stream_waits``; ``"wait"`` in :meth:`SimulatedCupy.record_events`), for
-        tests of the order a real device would need."""
+        """Order later work on this stream after ``event``: the event's stream runs up to
+        the event now (counted: ``stream_waits``; ``"wait"`` in
+        :meth:`SimulatedCupy.record_events`)."""
+        event._complete()
         _sim()._count("stream_waits")
+
+    # -- the simulation's queue (not CuPy API) ----------------------------------------
+    def _enqueue(self, op: Callable[[], None]) -> None:
+        sim = _sim()
+        with sim._lock:
+            self._queue.append(op)
+            self._issued += 1
+            sim._pending_streams.add(self)
+
+    def _run(self, upto: int) -> None:
+        """Run queued operations until ``upto`` have run on this stream, in order."""
+        sim = _sim()
+        while self._executed < upto:
+            with sim._lock:
+                if not self._queue:
+                    return
+                op = self._queue.popleft()
+                self._executed += 1
+                if not self._queue:
+                    sim._pending_streams.discard(self)
+            op()
 
     def __enter__(self) -> Stream:
         tls = _sim()._tls_state()
@@ -337,26 +388,40 @@ Stream.null = Stream(null=True)
 
 
 class Event:
-    """A (simulated) CUDA event: records a host timestamp."""
+    """A (simulated) CUDA event: marks a point in a stream's queue (and a host timestamp)."""
 
     def __init__(
         self, block: bool = False, disable_timing: bool = False, interprocess: bool = False
     ) -> None:
         self.ptr = id(self)
         self._t: float | None = None
+        self._stream: Stream | None = None
+        self._target = 0
 
     @property
     def done(self) -> bool:
-        """True once recorded."""
-        return self._t is not None
+        """True once recorded and the work before it on its stream has run."""
+        if self._t is None:
+            return False
+        return self._stream is None or self._stream._executed >= self._target
 
     def record(self, stream: Stream | None = None) -> None:
-        """Record the event (now)."""
+        """Record the event after the work issued so far on ``stream`` (default: the
+        current stream)."""
+        if stream is None:
+            stream = _sim()._tls_state().stream if _ACTIVE else Stream.null
         self._t = time.perf_counter()
+        self._stream = None if stream.ptr == 0 else stream
+        self._target = stream._issued
 
     def synchronize(self) -> None:
-        """Wait for the event (counted)."""
+        """Wait for the event: its stream runs up to it (counted)."""
+        self._complete()
         _sim()._count("synchronizations")
+
+    def _complete(self) -> None:
+        if self._stream is not None:
+            self._stream._run(self._target)
 
 
 def get_elapsed_time(start_event: Event, end_event: Event) -> float:
@@ -390,6 +455,11 @@ class BaseMemory:
     """Device memory: ``ptr`` (a device address), ``size`` in bytes, ``device_id``."""
 
     __slots__ = ("ptr", "size", "device_id", "_buf", "_sim", "__weakref__")
+    ptr: int
+    size: int
+    device_id: int
+    _buf: np.ndarray
+    _sim: SimulatedCupy
 
     @property
     def device(self) -> Device:
@@ -525,6 +595,7 @@ class MemoryPointer:
 
     def copy_from_device(self, src: MemoryPointer, size: int) -> None:
         """Copy ``size`` bytes from device memory ``src`` (cross-device copies are counted)."""
+        self.mem._sim._order_eager()
         dst = self._bytes(size)
         dst[...] = src._bytes(size)
         sim = self.mem._sim
@@ -539,6 +610,7 @@ class MemoryPointer:
 
     def copy_from_host(self, mem: Any, size: int) -> None:
         """Copy ``size`` bytes from host address ``mem`` (an int or ctypes pointer); counted."""
+        self.mem._sim._order_eager()
         dst = self._bytes(size)
         ctypes.memmove(dst.ctypes.data, _host_address(mem), int(size))
         self.mem._sim._transfer("h2d", size)
@@ -549,6 +621,7 @@ class MemoryPointer:
 
     def copy_to_host(self, mem: Any, size: int) -> None:
         """Copy ``size`` bytes to host address ``mem`` (an int or ctypes pointer); counted."""
+        self.mem._sim._order_eager()
         src = self._bytes(size)
         ctypes.memmove(_host_address(mem), src.ctypes.data, int(size))
         self.mem._sim._transfer("d2h", size)
@@ -559,6 +632,7 @@ class MemoryPointer:
 
     def memset(self, value: int, size: int) -> None:
         """Set ``size`` bytes to ``value``."""
+        self.mem._sim._order_eager()
         self._bytes(size)[...] = int(value) & 0xFF
         self.mem._sim._count("launches")
 
@@ -986,12 +1060,24 @@ def _is_view(r: Any, srcs: list[ndarray]) -> bool:
     return any(m.size and m.ptr <= addr < m.ptr + m.size for m in mems)
 
 
+#: Operations whose result's shape depends on the data (or that read data on the host):
+#: on a non-default stream they first run the stream's queue, as CuPy synchronizes there.
+_DATA_SHAPED_OPS = frozenset({
+    "nonzero", "unique_values", "unique_counts", "unique_inverse", "unique_all", "det", "inv",
+    "repeat",
+})
+
+
 def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run ``func`` (a numpy function) as a device operation.
 
     As in CuPy, an operation needing a library the simulation lacks (``missing_libraries``)
     fails before it writes anything: matmul-like operations need the BLAS library, every
     other operation that computes (not a view, not a bare allocation) a compiled kernel.
+
+    On a non-default stream an operation producing a new array is queued (see
+    :class:`Stream`): its output is allocated now, on the calling thread, and written when
+    the stream runs, from the inputs' contents at that time.
     """
     sim = _sim()
     srcs: list[ndarray] = []
@@ -1002,6 +1088,14 @@ def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         sim._require("blas")
     elif name in _IN_PLACE_OPS or "out" in kwargs:
         sim._require("compiler")
+    stream = sim._tls.stream
+    if stream.ptr and name not in _IN_PLACE_OPS and "out" not in kwargs \
+            and name not in _DATA_SHAPED_OPS and not (name == "_getitem" and len(srcs) > 1) \
+            and not (name == "where" and len(args) == 1):
+        queued = _queue_call(sim, stream, func, name, a, k, srcs)
+        if queued is not None:
+            return queued
+    sim._order_eager()
     with np.errstate(all="ignore"):
         r = func(*a, **k)
     if name not in _BLAS_OPS | _NO_KERNEL_OPS | _IN_PLACE_OPS and "out" not in kwargs \
@@ -1009,6 +1103,46 @@ def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         sim._require("compiler")
     sim._count("launches")
     return _wrap_result(sim, r, srcs)
+
+
+def _queue_call(
+    sim: SimulatedCupy, stream: Stream, func: Callable[..., Any], name: str, a: list[Any],
+    k: dict[str, Any], srcs: list[ndarray],
+) -> Any:
+    """Queue ``func`` on ``stream`` when it makes one new array; ``None``: run it in order
+    now instead (its result is not one new array, or it fails on data not yet written)."""
+    try:
+        with np.errstate(all="ignore"):
+            probe = func(*a, **k)  # on the current contents: only to learn the result's form
+    except Exception:
+        return None
+    if isinstance(probe, np.generic):
+        probe = np.asarray(probe)
+    if not isinstance(probe, np.ndarray):
+        return None
+    if _is_view(probe, srcs):  # no kernel: a view of an input, valid at once
+        sim._count("launches")
+        return _wrap_result(sim, probe, srcs)
+    if name not in _BLAS_OPS | _NO_KERNEL_OPS:
+        sim._require("compiler")
+    _check_dtype(probe.dtype)
+    memptr = sim._alloc(probe.nbytes)
+    dst = np.ndarray(probe.shape, probe.dtype, buffer=memptr.mem._buf, offset=memptr._offset)
+
+    def run() -> None:
+        with np.errstate(all="ignore"):
+            value = np.asarray(func(*a, **k))
+        if value.shape != dst.shape:
+            raise RuntimeError(
+                f"simulated CuPy: {name} queued on a stream gave shape {value.shape} when it "
+                f"ran but {dst.shape} when issued (its shape depends on data)"
+            )
+        if dst.size:
+            dst[...] = value
+
+    stream._enqueue(run)
+    sim._count("launches")
+    return _wrap(dst, memptr, None)
 
 
 def _op(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -1065,6 +1199,7 @@ def _unary(func: Callable[..., Any]) -> Any:
 def _to_host_scalar(x: ndarray, kind: Callable[[Any], Any]) -> Any:
     if x.size != 1:
         raise TypeError("only length-1 arrays can be converted to Python scalars")
+    x._ptr.mem._sim._order_eager()
     x._ptr.mem._sim._transfer("d2h", x.nbytes)
     return kind(x._a.reshape(-1)[0])
 
@@ -1198,8 +1333,10 @@ class ndarray:  # noqa: N801 - CuPy's name
         self, stream: Any = None, order: str = "C", out: np.ndarray | None = None,
         blocking: bool = True,
     ) -> np.ndarray:
-        """Copy to host memory (a device→host transfer, counted)."""
+        """Copy to host memory (a device→host transfer, counted); waits for the current
+        stream first, as CuPy's blocking copy does."""
         sim = self._ptr.mem._sim
+        sim._order_eager()
         if out is not None:
             if not isinstance(out, np.ndarray):
                 raise TypeError("Only numpy.ndarray can be obtained from cupy.ndarray")
@@ -1224,6 +1361,7 @@ class ndarray:  # noqa: N801 - CuPy's name
             raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
         if arr.dtype != self.dtype:
             raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
+        self._ptr.mem._sim._order_eager()
         self._a[...] = arr
         self._ptr.mem._sim._transfer("h2d", self.nbytes)
 
@@ -1231,16 +1369,19 @@ class ndarray:  # noqa: N801 - CuPy's name
         """The single element as a Python scalar (a device→host transfer)."""
         if self.size != 1:
             raise ValueError("can only convert an array of size 1 to a Python scalar")
+        self._ptr.mem._sim._order_eager()
         self._ptr.mem._sim._transfer("d2h", self.nbytes)
         return self._a.reshape(-1)[0].item()
 
     def tolist(self) -> Any:
         """The elements as nested Python lists (a device→host transfer)."""
+        self._ptr.mem._sim._order_eager()
         self._ptr.mem._sim._transfer("d2h", self.nbytes)
         return self._a.tolist()
 
     def tobytes(self, order: str = "C") -> bytes:
         """The raw bytes (a device→host transfer)."""
+        self._ptr.mem._sim._order_eager()
         self._ptr.mem._sim._transfer("d2h", self.nbytes)
         return self._a.tobytes(order=order)
 
@@ -1307,6 +1448,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         sim = _sim()
         if self._ptr.device_id != sim._tls_state().device:
             sim._device_state(sim._tls_state().device)
+            sim._order_eager()
             out = _new_device_array(sim, np.array(self._a, order=order))
             sim._transfer("d2d", self.nbytes)
             return out
@@ -1356,8 +1498,12 @@ class ndarray:  # noqa: N801 - CuPy's name
     __rmod__ = _binop(np.remainder, True)
     __pow__ = _binop(np.power)
     __rpow__ = _binop(np.power, True)
-    __matmul__ = _binop(np.matmul)
-    __rmatmul__ = _binop(np.matmul, True)
+    def __matmul__(self, other: Any) -> Any:
+        return _matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return _matmul(other, self)
+
     __and__ = _binop(np.bitwise_and)
     __rand__ = _binop(np.bitwise_and, True)
     __or__ = _binop(np.bitwise_or)
@@ -1415,7 +1561,9 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     def take(self, indices: Any, axis: int | None = None, out: Any = None) -> ndarray:
         """Elements at ``indices`` along ``axis``; like CuPy, indices wrap around."""
-        return _call(_take, self, indices, axis, out)
+        if out is not None:
+            return _call(_take, self, indices, axis, out=out)
+        return _call(_take, self, indices, axis)
 
 
 def _layout(
@@ -1482,7 +1630,12 @@ def _setitem(a: np.ndarray, key: Any, value: Any) -> None:
 
 
 def _take(a: np.ndarray, indices: Any, axis: int | None = None, out: Any = None) -> np.ndarray:
-    return np.take(a, indices, axis=axis, out=out, mode="wrap")
+    # Wrapped by a remainder: numpy's mode="wrap" steps a far-out index back one length
+    # at a time, which takes forever on an index array a queued kernel has not written yet.
+    n = a.size if axis is None else a.shape[axis]
+    if n:
+        indices = np.remainder(indices, n)
+    return np.take(a, indices, axis=axis, out=out)
 
 
 # ======================================================================================
@@ -1494,6 +1647,7 @@ def _upload(sim: SimulatedCupy, host: Any, dtype: Any = None, order: Any = None)
     arr = np.asarray(host, dtype=dtype, order=order)
     _check_dtype(arr.dtype)
     sim._current_device_state()
+    sim._order_eager()
     out = _new_device_array(sim, arr)
     sim._transfer("h2d", arr.nbytes)
     return out
@@ -1599,7 +1753,9 @@ def get_array_module(*args: Any) -> types.ModuleType:
 
 def _take_fn(a: Any, indices: Any, axis: int | None = None, out: Any = None) -> ndarray:
     """Elements of ``a`` at ``indices`` along ``axis``; like CuPy, indices wrap around."""
-    return _call(_take, a, indices, axis, out)
+    if out is not None:
+        return _call(_take, a, indices, axis, out=out)
+    return _call(_take, a, indices, axis)
 
 
 def _byte_span(a: np.ndarray) -> tuple[int, int]:
@@ -1699,6 +1855,200 @@ def fuse(*args: Any, **kwargs: Any) -> Any:
 
 
 # ======================================================================================
+# matrix products: cupy.matmul's element types, and cupy.cuda.cublas
+# ======================================================================================
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmCall:
+    """One GEMM the simulated device ran (test-only, in :attr:`SimulatedCupy.gemm_calls`).
+
+    ``api``: ``"cupy.matmul"``, ``"gemmEx"`` or ``"gemmStridedBatchedEx"``; ``data_type``:
+    the element type the GEMM read; ``compute_type``: how it accumulated — ``"32F"``,
+    ``"32F_FAST_TF32"``, ``"32F_PEDANTIC"``, ``"16F"``, ``"64F"``, or ``"default"`` for a
+    float32 ``cupy.matmul`` (CuPy's own setting, ``CUPY_TF32``); ``batch``, ``m``, ``n``,
+    ``k``: the problem's size (``m x k`` times ``k x n``, ``batch`` times) — for
+    ``cupy.matmul`` in the row-major terms of its operands, for the cuBLAS functions their
+    own column-major arguments (a row-major ``A @ B`` is called as ``B^T @ A^T``).
+    """
+
+    api: str
+    data_type: np.dtype[Any]
+    compute_type: str
+    batch: int
+    m: int
+    n: int
+    k: int
+
+
+def _matmul_sizes(x1: ndarray, x2: ndarray) -> tuple[int, int, int, int]:
+    m = x1.shape[-2] if x1.ndim > 1 else 1
+    n = x2.shape[-1] if x2.ndim > 1 else 1
+    batch = math.prod(np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
+    return batch, m, n, x1.shape[-1]
+
+
+def _matmul(x1: Any, x2: Any, out: Any = None) -> Any:
+    """``cupy.matmul`` with CuPy 14.2's element types: a batched product (an operand of
+    rank > 2) of float16 operands copies both to float32, multiplies in float32 and
+    copies the result back to float16 (counted: ``matmul_upcasts``); a 2-D float16 product
+    reads float16 and accumulates in float32 (``gemmEx``)."""
+    sim = _sim()
+    if not (isinstance(x1, ndarray) and isinstance(x2, ndarray) and x1.ndim and x2.ndim):
+        return _call(np.matmul, x1, x2) if out is None else _call(np.matmul, x1, x2, out=out)
+    dt = np.result_type(x1.dtype, x2.dtype)
+    if dt == np.float16 and max(x1.ndim, x2.ndim) > 2:
+        sim._require("blas")
+        single = np.dtype(np.float32)
+        product = _call(np.matmul, x1.astype(single), x2.astype(single))
+        sim._count("matmul_upcasts")
+        sim._gemm(GemmCall("cupy.matmul", single, "default", *_matmul_sizes(x1, x2)))
+        result = product.astype(np.float16)
+        if out is None:
+            return result
+        _call(np.copyto, out, result)
+        return out
+    result = _call(np.matmul, x1, x2) if out is None else _call(np.matmul, x1, x2, out=out)
+    if dt.kind == "f":
+        compute = {2: "32F", 4: "default", 8: "64F"}[dt.itemsize]
+        sim._gemm(GemmCall("cupy.matmul", dt, compute, *_matmul_sizes(x1, x2)))
+    return result
+
+
+_matmul.__name__ = _matmul.__qualname__ = "matmul"
+
+
+class CUBLASError(RuntimeError):
+    """A cuBLAS error status (``status``), as ``cupy_backends.cuda.libs.cublas`` raises."""
+
+    _NAMES = {7: "CUBLAS_STATUS_INVALID_VALUE", 15: "CUBLAS_STATUS_NOT_SUPPORTED"}
+
+    def __init__(self, status: int) -> None:
+        self.status = int(status)
+        super().__init__(self._NAMES.get(self.status, f"CUBLAS_STATUS_{self.status}"))
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.status,))
+
+
+# cuBLAS's and CUDA's enumeration values (cublas_api.h, library_types.h).
+_OP_N, _OP_T = 0, 1
+_COMPUTE_TYPES = {64: "16F", 68: "32F", 69: "32F_PEDANTIC", 77: "32F_FAST_TF32", 70: "64F"}
+_CUDA_DATA_TYPES: dict[int, np.dtype[Any]] = {
+    2: np.dtype(np.float16), 0: np.dtype(np.float32), 1: np.dtype(np.float64),
+}
+_GEMM_DEFAULT = -1
+_GEMM_DEFAULT_TENSOR_OP = 99
+
+
+def get_cublas_handle() -> int:
+    """The calling thread's cuBLAS handle for the current device (needs cuBLAS)."""
+    sim = _sim()
+    sim._require("blas")
+    return 0x10000 + sim._current_device_state().id
+
+
+def _round_to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32's 10-bit mantissa, as tensor cores read them."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _host_scalar(ptr: int, dt: np.dtype[Any]) -> float:
+    return float(np.frombuffer(ctypes.string_at(int(ptr), dt.itemsize), dt)[0])
+
+
+def _blas_matrices(
+    sim: SimulatedCupy, ptr: int, dt: np.dtype[Any], trans: int, rows: int, cols: int,
+    ld: int, stride: int, batch: int,
+) -> np.ndarray:
+    """``op(X)`` as a (batch, rows, cols) view of column-major device memory."""
+    if trans not in (_OP_N, _OP_T) or stride < 0:
+        raise CUBLASError(7)
+    stored_rows, stored_cols = (rows, cols) if trans == _OP_N else (cols, rows)
+    if ld < max(1, stored_rows):
+        raise CUBLASError(7)
+    isz = dt.itemsize
+    extent = ((batch - 1) * stride + (stored_cols - 1) * ld + stored_rows) * isz
+    mem = sim._lookup(int(ptr), extent)
+    view = np.ndarray((batch, stored_rows, stored_cols), dt, buffer=mem._buf,
+                      offset=int(ptr) - mem.ptr, strides=(stride * isz, isz, ld * isz))
+    return view if trans == _OP_N else view.transpose(0, 2, 1)
+
+
+def _gemm_strided(
+    api: str, handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int,
+    a: int, a_type: int, lda: int, stride_a: int, b: int, b_type: int, ldb: int, stride_b: int,
+    beta: int, c: int, c_type: int, ldc: int, stride_c: int, batch: int, compute_type: int,
+) -> None:
+    sim = _sim()
+    sim._require("blas")
+    compute = _COMPUTE_TYPES.get(int(compute_type))
+    data = _CUDA_DATA_TYPES.get(int(a_type))
+    c_dt = _CUDA_DATA_TYPES.get(int(c_type))
+    if compute is None or data is None or c_dt is None or int(b_type) != int(a_type):
+        raise CUBLASError(15)
+    allowed = {"16F": {"float16"}, "32F": {"float16", "float32"},
+               "32F_PEDANTIC": {"float16", "float32"}, "32F_FAST_TF32": {"float32"},
+               "64F": {"float64"}}[compute]
+    if data.name not in allowed or min(m, n, k, batch) < 0:
+        raise CUBLASError(15 if data.name not in allowed else 7)
+    if m == 0 or n == 0 or batch == 0:
+        return
+    acc = np.dtype({"16F": np.float16, "64F": np.float64}.get(compute, np.float32))
+    alpha_v, beta_v = _host_scalar(alpha, acc), _host_scalar(beta, acc)
+    if k == 0:
+        opa = np.zeros((batch, m, 0), data)
+        opb = np.zeros((batch, 0, n), data)
+    else:
+        opa = _blas_matrices(sim, a, data, transa, m, k, lda, stride_a, batch)
+        opb = _blas_matrices(sim, b, data, transb, k, n, ldb, stride_b, batch)
+    out = _blas_matrices(sim, c, c_dt, _OP_N, m, n, ldc, stride_c, batch)
+
+    def run() -> None:
+        x, y = opa.astype(acc), opb.astype(acc)
+        if compute == "32F_FAST_TF32" and sim.emulate_tf32:
+            x, y = _round_to_tf32(x), _round_to_tf32(y)
+        with np.errstate(all="ignore"):
+            r = np.matmul(x, y) * acc.type(alpha_v)
+            if beta_v != 0.0:  # cuBLAS does not read C when beta is 0
+                r = r + out.astype(acc) * acc.type(beta_v)
+        out[...] = r.astype(c_dt)
+
+    sim._gemm(GemmCall(api, data, compute, int(batch), int(m), int(n), int(k)))
+    sim._count("launches")
+    sim._issue(run)
+
+
+def _gemm_ex(
+    handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, A: int,
+    Atype: int, lda: int, B: int, Btype: int, ldb: int, beta: int, C: int, Ctype: int,
+    ldc: int, computeType: int, algo: int,
+) -> None:
+    """``cublasGemmEx`` (column-major): ``C = alpha * op(A) @ op(B) + beta * C``, on the
+    current stream, element and compute types as given."""
+    _gemm_strided("gemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B,
+                  Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType)
+
+
+def _gemm_strided_batched_ex(
+    handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, A: int,
+    Atype: int, lda: int, strideA: int, B: int, Btype: int, ldb: int, strideB: int,
+    beta: int, C: int, Ctype: int, ldc: int, strideC: int, batchCount: int,
+    computeType: int, algo: int,
+) -> None:
+    """``cublasGemmStridedBatchedEx``: ``batchCount`` GEMMs whose matrices are
+    ``strideA``/``strideB``/``strideC`` elements apart (0: the same matrix for all)."""
+    _gemm_strided("gemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype,
+                  lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC,
+                  batchCount, computeType)
+
+
+_gemm_ex.__name__ = _gemm_ex.__qualname__ = "gemmEx"
+_gemm_strided_batched_ex.__name__ = _gemm_strided_batched_ex.__qualname__ = "gemmStridedBatchedEx"
+
+
+# ======================================================================================
 # the function tables: every name must exist in real CuPy (the surface test checks it)
 # ======================================================================================
 
@@ -1792,7 +2142,34 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
             "driverGetVersion": sim._driver_version,
             "memGetInfo": sim._mem_get_info,
             "getDeviceProperties": sim._device_properties,
+            "CUDA_R_16F": 2,
+            "CUDA_R_32F": 0,
+            "CUDA_R_64F": 1,
         },
+    )
+    cublas = _module(
+        "cupy_backends.cuda.libs.cublas",
+        "Simulated cuBLAS bindings (``cupy.cuda.cublas``): GEMMs computed with numpy on the "
+        "device buffers, on the current stream.",
+        {
+            "CUBLASError": CUBLASError,
+            "CUBLAS_OP_N": _OP_N,
+            "CUBLAS_OP_T": _OP_T,
+            "CUBLAS_COMPUTE_16F": 64,
+            "CUBLAS_COMPUTE_32F": 68,
+            "CUBLAS_COMPUTE_32F_PEDANTIC": 69,
+            "CUBLAS_COMPUTE_32F_FAST_TF32": 77,
+            "CUBLAS_COMPUTE_64F": 70,
+            "CUBLAS_GEMM_DEFAULT": _GEMM_DEFAULT,
+            "CUBLAS_GEMM_DEFAULT_TENSOR_OP": _GEMM_DEFAULT_TENSOR_OP,
+            "gemmEx": _gemm_ex,
+            "gemmStridedBatchedEx": _gemm_strided_batched_ex,
+        },
+    )
+    device = _module(
+        "cupy.cuda.device",
+        "Simulated cupy.cuda.device.",
+        {"Device": Device, "get_cublas_handle": get_cublas_handle, "get_device_id": get_device_id},
     )
     memory = _module(
         "cupy.cuda.memory",
@@ -1817,6 +2194,12 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
         {
             "runtime": runtime,
             "memory": memory,
+            "device": device,
+            # Real CuPy loads cuBLAS when this attribute is first read (ImportError where it
+            # is missing); here the functions themselves raise that error (no module
+            # __getattr__: a misspelt name must stay an AttributeError).
+            "cublas": cublas,
+            "get_cublas_handle": get_cublas_handle,
             "Device": Device,
             "Stream": Stream,
             "Event": Event,
@@ -1870,6 +2253,7 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
     )
     attrs: dict[str, Any] = {name: _op(name, getattr(np, name)) for name in _NUMPY_FUNCTIONS + _STANDARD_FUNCTIONS}
     attrs.update(_PLAIN)
+    attrs["matmul"] = _matmul
     attrs["result_type"] = _result_type
     attrs.update({name: getattr(np, name) for name in _SCALAR_TYPES})
     attrs.update(
@@ -1907,6 +2291,8 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
         "cupy.cuda": cuda,
         "cupy.cuda.runtime": runtime,
         "cupy.cuda.memory": memory,
+        "cupy.cuda.device": device,
+        "cupy.cuda.cublas": cublas,
         "cupy.lib": lib,
         "cupy.lib.stride_tricks": stride_tricks,
         "cupy.linalg": linalg,
@@ -1952,7 +2338,7 @@ class _ThreadState(threading.local):
 _COUNTERS = (
     "h2d", "h2d_bytes", "d2h", "d2h_bytes", "d2d", "d2d_bytes", "allocations",
     "allocated_bytes", "frees", "allocator_calls", "launches", "synchronizations",
-    "stream_waits", "pinned_allocations",
+    "stream_waits", "pinned_allocations", "matmul_upcasts",
 )  # fmt: skip
 
 
@@ -1972,7 +2358,11 @@ class SimulatedCupy:
     * ``allocator_calls``: requests through the current allocator (pool hits included);
     * ``launches``: device operations (each cupy math call, a fused function counts once);
     * ``synchronizations``: stream/device/event synchronizations;
-    * ``stream_waits``: ``Stream.wait_event`` calls (one stream ordered after another's work).
+    * ``stream_waits``: ``Stream.wait_event`` calls (one stream ordered after another's work);
+    * ``matmul_upcasts``: ``cupy.matmul`` calls that, as CuPy 14 does for batched float16
+      operands, copied both operands to float32 and the result back to float16;
+    * ``gemm_calls``: a list of :class:`GemmCall`, one per GEMM, with its element and
+      compute types (``cupy.matmul`` and ``cupy.cuda.cublas`` alike).
 
     Memory: :meth:`bytes_in_use`, :meth:`peak_bytes`, :meth:`reset_peak`,
     ``pinned_bytes_in_use``; :meth:`counters` returns everything as a dict. Order:
@@ -1982,6 +2372,7 @@ class SimulatedCupy:
     def __init__(
         self, *, hip: bool = False, device_count: int = 1, memory_bytes: int = 8 << 30,
         missing_libraries: Iterable[str] = (), driver_version: int | None = None,
+        emulate_tf32: bool = False,
     ) -> None:
         if device_count < 0:
             raise ValueError("device_count must be >= 0")
@@ -1998,6 +2389,11 @@ class SimulatedCupy:
             if driver_version is None else int(driver_version)
         self.device_count = int(device_count)
         self.memory_bytes = int(memory_bytes)
+        #: Whether a GEMM asked for ``CUBLAS_COMPUTE_32F_FAST_TF32`` rounds its operands to
+        #: TF32's 10-bit mantissa, as tensor cores do. Off by default: the compute type is
+        #: recorded (``gemm_calls``) and the product stays float32, so float32 tests keep
+        #: their tolerances. A plain attribute: tests may change it.
+        self.emulate_tf32 = bool(emulate_tf32)
         self._lock = threading.RLock()
         self._devices = [_DeviceState(i, self.memory_bytes) for i in range(self.device_count)]
         self._tls = _ThreadState()
@@ -2008,6 +2404,11 @@ class SimulatedCupy:
         self._pinned_pool = PinnedMemoryPool()
         self.pinned_bytes_in_use = 0
         self._events: list[str] | None = None
+        #: Streams with queued work (see :class:`Stream`).
+        self._pending_streams: set[Stream] = set()
+        #: Every GEMM the device ran, in order (``cupy.matmul`` and the cuBLAS functions):
+        #: what it read and how it accumulated. Cleared by :meth:`reset_counters`.
+        self.gemm_calls: list[GemmCall] = []
         self.reset_counters()
         self.modules = _build_modules(self)
         self._saved: dict[str, types.ModuleType | None] | None = None
@@ -2022,7 +2423,8 @@ class SimulatedCupy:
         if self._saved is not None:
             raise RuntimeError("this simulated CuPy is already installed")
         self._saved = {name: sys.modules.get(name) for name in MODULE_NAMES}
-        sys.modules.update(self.modules)
+        # cupy.cuda.cublas is an attribute of cupy.cuda only, as in CuPy (not importable).
+        sys.modules.update({name: self.modules[name] for name in MODULE_NAMES})
         _ACTIVE.append(self)
         return self
 
@@ -2042,6 +2444,7 @@ class SimulatedCupy:
         with self._lock:
             for name in _COUNTERS:
                 setattr(self, name, 0)
+            self.gemm_calls = []
 
     def bytes_in_use(self, device_id: int = 0) -> int:
         """Bytes of raw device memory allocated on ``device_id`` (pool caches included)."""
@@ -2121,6 +2524,41 @@ class SimulatedCupy:
 
     def _tls_state(self) -> _ThreadState:
         return self._tls
+
+    def _order_eager(self) -> None:
+        """Before work runs at once on the current stream: another stream first runs what
+        it has queued (work on one stream stays in order); the null stream first waits for
+        the blocking streams, as CUDA's legacy default stream does."""
+        stream = self._tls.stream
+        if stream.ptr:
+            if stream._queue:
+                stream._run(stream._issued)
+        elif self._pending_streams:
+            with self._lock:
+                pending = list(self._pending_streams)
+            for other in pending:
+                if not other._non_blocking:
+                    other._run(other._issued)
+
+    def _run_all_streams(self) -> None:
+        with self._lock:
+            pending = list(self._pending_streams)
+        for stream in pending:
+            stream._run(stream._issued)
+
+    def _issue(self, op: Callable[[], None]) -> None:
+        """Run a device operation's effect in stream order: now on the null stream, queued
+        on any other."""
+        stream = self._tls.stream
+        if stream.ptr:
+            stream._enqueue(op)
+        else:
+            self._order_eager()
+            op()
+
+    def _gemm(self, call: GemmCall) -> None:
+        with self._lock:
+            self.gemm_calls.append(call)
 
     def _no_device(self) -> CUDARuntimeError:
         return CUDARuntimeError(100)
@@ -2212,6 +2650,7 @@ class SimulatedCupy:
 
     def _device_synchronize(self) -> None:
         self._current_device_state()
+        self._run_all_streams()
         self._count("synchronizations")
 
     def _runtime_version(self) -> int:
@@ -2245,6 +2684,7 @@ class SimulatedCupy:
 def install(
     *, hip: bool = False, device_count: int = 1, memory_bytes: int = 8 << 30,
     missing_libraries: Iterable[str] = (), driver_version: int | None = None,
+    emulate_tf32: bool = False,
 ) -> SimulatedCupy:
     """A simulated CuPy, installed into ``sys.modules`` while used as a context manager.
 
@@ -2254,9 +2694,11 @@ def install(
     (``"compiler"``, ``"blas"``) simulates a machine with only the driver: kernels or
     matmuls then fail as in real CuPy. ``driver_version`` is what ``driverGetVersion``
     returns (``13000`` for a CUDA 13 driver; default: the runtime's version).
+    ``emulate_tf32`` makes TF32 GEMMs round their operands as tensor cores do.
     """
     return SimulatedCupy(hip=hip, device_count=device_count, memory_bytes=memory_bytes,
-                         missing_libraries=missing_libraries, driver_version=driver_version)
+                         missing_libraries=missing_libraries, driver_version=driver_version,
+                         emulate_tf32=emulate_tf32)
 
 
 def simulated(**kwargs: Any) -> Iterator[SimulatedCupy]:
