@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -409,3 +410,27 @@ def test_batch_one_gemm_takes_the_one_row_product(name, params, reference, with_
     assert len(calls) == 1
     assert calls[0] == (native.ACT_NONE if name == "Sigmoid" else {"Relu": native.ACT_RELU,
                         "LeakyRelu": native.ACT_LEAKY, "Clip": native.ACT_CLIP}[name])
+
+
+def test_conv_filters_are_packed_at_creation(gemm_route):
+    """A Conv whose constant filters the compiled GEMM may take has them packed when the
+    session is built, not in its first run (a 1-D convolution keeps the im2col path)."""
+    from onyxrt_cpu.kernels.conv import _gemm_filters
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 1, 2000), dtype=np.float32)
+    w = rng.standard_normal((40, 1, 64), dtype=np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[4])], "g",
+        [helper.make_tensor_value_info("x", 1, [1, 1, 2000])], [helper.make_tensor_value_info("y", 1, None)],
+        [onnx.numpy_helper.from_array(w, "w")]), opset_imports=[helper.make_opsetid("", 17)])
+    import onyxrt
+
+    before = set(_gemm_filters)
+    s = onyxrt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    added = set(_gemm_filters) - before
+    assert bool(added) == (gemm_route and native.ENABLED)
+    (y,) = s.run(None, {"x": x})
+    assert set(_gemm_filters) - before == added  # the run packed nothing more
+    windows = np.lib.stride_tricks.sliding_window_view(x[0, 0].astype(np.float64), 64)[::4]
+    np.testing.assert_allclose(y[0], w[:, 0].astype(np.float64) @ windows.T, rtol=1e-5, atol=1e-4)
