@@ -2,22 +2,31 @@
 kernel (attributes parsed and checked there); ConvTranspose and ConvInteger come from the
 library, bound over CuPy.
 
-Conv is im2col + one batched GEMM per group: the padded input's windows are a strided
-view (``cupy.lib.stride_tricks.as_strided``, no copy), laid out once as a
-``(N, group, C/group * taps, L)`` column matrix and multiplied by the weight viewed as
-``(group, M/group, C/group * taps)`` — one copy of the columns where the library stacks
-one slice per tap. A 1x1 convolution without padding is a plain (batched) GEMM on the
-input itself; a depthwise convolution (one input channel per group) accumulates its taps
-with multiply-adds instead of building columns. Column matrices larger than a budget are
-built a few images at a time. The GEMMs of float16 and float32 convolutions go to cuBLAS
-with an explicit compute type (:mod:`.blas`: float32 accumulation for float16, TF32 under
-``use_tf32``); a grouped convolution of several images, whose batch is not one stride,
-keeps ``cupy.matmul``.
+Every Conv is one GEMM call per piece of the batch (one piece unless the column matrix
+exceeds :data:`COLUMN_BUDGET`), the weight viewed as ``(group, M/group, C/group * taps)``:
+
+* **1x1, stride 1, no padding**: the input as it lies, ``(N, group, C/group, H*W)``, is the
+  GEMM's right-hand side — no copy (cuBLAS's strided batch steps over the images; a grouped
+  convolution of several images takes one GEMM call per image, as the input's layout
+  gives no single stride over (image, group)).
+* **Otherwise** (taps, strides or padding): the input is padded once, only as far as the
+  windows reach (``cupy.zeros`` + one copy of the input into it; none when no window
+  reaches a pad), and its windows — a strided view, no copy — are copied once into the
+  column matrix, in the order the GEMM reads: ``(N, group, C/group * taps, L)`` when the
+  batch or the groups are one, else ``(group, C/group * taps, N * L)``, so that a grouped or
+  depthwise convolution of several images is still one strided-batched GEMM (over the
+  groups); its ``(group, M/group, N, L)`` result is transposed into ``(N, M, L)`` by the same
+  kernel that adds the bias. A depthwise convolution is such a GEMM with ``taps`` as its
+  inner dimension — one launch where a multiply-add per tap took two.
+
+The views of a constant W and B (the same device arrays every run) are made once. The GEMMs
+of float16 and float32 convolutions go to cuBLAS with an explicit compute type (:mod:`.blas`:
+float32 accumulation for float16, TF32 under ``use_tf32``); other types and ROCm use
+``cupy.matmul``.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from onyxrt.kernels import KernelInfo
@@ -26,12 +35,12 @@ from onyxrt_ops import library
 
 from . import registry
 from ._common import BACKEND, FLOATS
-from ._spatial import pad_spatial, prod, windows
+from ._spatial import columns, pad_spatial, prod, reached_end
 from .blas import kernel_blas
 
-__all__ = ["Conv"]
+__all__ = ["Conv", "COLUMN_BUDGET"]
 
-#: Largest column matrix (bytes) built in one piece; bigger batches go image by image.
+#: Largest column matrix (bytes) built in one piece; bigger batches go a few images at a time.
 COLUMN_BUDGET = 256 << 20
 
 
@@ -43,6 +52,11 @@ class Conv(library.kernel("Conv", 22, BACKEND)):
         super().__init__(info)
         self.cp = self.xp.module
         self.blas = kernel_blas(info)
+        # Inputs that are initializers arrive as the same device array every run: their
+        # reshaped views are kept (a CuPy call each saved per run). Others are never kept,
+        # so no run holds on to a previous run's memory.
+        self._constant = {i for i in (1, 2) if info.constant(i) is not None}
+        self._views: dict[int, tuple[Any, Any]] = {}
 
     def compute(self, x, w, b=None):
         k, s, d, win = self._geometry(x, w)
@@ -54,64 +68,89 @@ class Conv(library.kernel("Conv", 22, BACKEND)):
         cg = c // g
         if w.shape[1] != cg:
             raise ValueError(f"W expects {w.shape[1] * g} input channels (group={g}), X has {c}")
-        nsp = x.ndim - 2
         out = win.out_shape
         ntaps = prod(k)
-        wr = w.reshape(g, m // g, cg * ntaps)
-        if ntaps == 1 and not win.padded:
-            # 1x1: a GEMM on the (strided) input itself.
-            xs = x
-            if any(st != 1 for st in s):
-                xs = x[(slice(None), slice(None)) + tuple(slice(None, None, st) for st in s)]
-            y = self.blas.product(wr, xs.reshape(n, g, cg, prod(out)))
-        elif cg == 1 and g > 1:
-            y = self._depthwise(x, w, k, s, d, win)
+        wr = self._view(1, w, (g, m // g, cg * ntaps))
+        bias = None if b is None else self._view(2, b, (m,) + (1,) * len(out), x.dtype)
+        if ntaps == 1 and not win.padded and all(st == 1 for st in s):
+            # 1x1: the input itself is the GEMM's right-hand side.
+            y = self.blas.product(wr, x.reshape(n, g, cg, prod(out))).reshape((n, m) + out)
+        elif g > 1 and n > 1:
+            return (self._group_major(x, wr, k, s, d, win, bias),)
         else:
-            y = self._im2col(x, wr, k, s, d, win)
-        y = y.reshape((n, m) + out)
-        if b is not None:
-            y += b.reshape((-1,) + (1,) * nsp).astype(y.dtype, copy=False)
+            y = self._image_major(x, wr, k, s, d, win)
+        if bias is not None:
+            y += bias
         return (y,)
 
-    def _im2col(self, x: Any, wr: Any, k: Any, s: Any, d: Any, win: Window) -> Any:
+    def _view(self, index: int, a: Any, shape: tuple[int, ...], dtype: Any = None) -> Any:
+        """``a`` reshaped (and cast to ``dtype``), kept while input ``index`` is a constant
+        that keeps arriving as the same array."""
+        kept = self._views.get(index)
+        if kept is not None and kept[0] is a and kept[1].shape == shape:
+            return kept[1]
+        v = a.reshape(shape)
+        if dtype is not None:
+            v = v.astype(dtype, copy=False)
+        if index in self._constant:
+            self._views[index] = (a, v)
+        return v
+
+    def _padded(self, x: Any, k: Any, s: Any, d: Any, win: Window) -> Any:
+        """``x`` with the zero padding its windows reach (``x`` itself when they reach none)."""
+        end = reached_end(x.shape[2:], win.pads_begin, k, s, d, win.out_shape)
+        return pad_spatial(self.cp, x, win.pads_begin, end, 0)
+
+    def _image_major(self, x: Any, wr: Any, k: Any, s: Any, d: Any, win: Window) -> Any:
+        """conv(x) as (N, M, *out) from columns (N, group, C/group * taps, L): right when
+        the batch or the groups are one (one strided batch, no transposition)."""
         cp = self.cp
         n, c = x.shape[:2]
-        g, _, kg = wr.shape
-        nsp = len(k)
+        g, mg = wr.shape[:2]
+        out = win.out_shape
+        xp = self._padded(x, k, s, d, win)
+        nb = self._images_per_piece(x, k, win)
+        if nb >= n:
+            cols = columns(cp, xp, g, k, s, d, out, group_major=False)
+            return self.blas.product(wr, cols).reshape((n, g * mg) + out)
+        y = cp.empty((n, g, mg, prod(out)), dtype=x.dtype)
+        for n0 in range(0, n, nb):
+            cols = columns(cp, xp[n0 : n0 + nb], g, k, s, d, out, group_major=False)
+            y[n0 : n0 + nb] = self.blas.product(wr, cols)
+        return y.reshape((n, g * mg) + out)
+
+    def _group_major(self, x: Any, wr: Any, k: Any, s: Any, d: Any, win: Window, bias: Any) -> Any:
+        """conv(x) + bias as (N, M, *out) from columns (group, C/group * taps, N * L): one
+        strided batch over the groups for the whole batch of images; the GEMM's
+        (group, M/group, N, L) result is transposed into place by the bias add."""
+        cp = self.cp
+        n = x.shape[0]
+        g, mg = wr.shape[:2]
+        m = g * mg
         out = win.out_shape
         L = prod(out)
-        xp = pad_spatial(cp, x, win.pads_begin, win.total_end, 0)
-        view = windows(cp, xp, k, s, d, out)  # (N, C, *out, *K)
-        # Columns ordered (C, *K) x (*out), matching W's (C/g, *K) flattening.
-        perm = (0, 1) + tuple(range(2 + nsp, 2 + 2 * nsp)) + tuple(range(2, 2 + nsp))
-        per_image = c * prod(k) * L * x.dtype.itemsize
-        nb = max(1, COLUMN_BUDGET // max(per_image, 1))
-        if nb >= n:
-            cols = view.transpose(perm).reshape(n, g, kg, L)
-            return self.blas.product(wr, cols)
-        y = cp.empty((n, g, wr.shape[1], L), dtype=x.dtype)
+        xp = self._padded(x, k, s, d, win)
+        nb = self._images_per_piece(x, k, win)
+        y = cp.empty((n, m) + out, dtype=x.dtype)
         for n0 in range(0, n, nb):
-            part = view[n0 : n0 + nb]
-            cols = part.transpose(perm).reshape(part.shape[0], g, kg, L)
-            y[n0 : n0 + nb] = self.blas.product(wr, cols)
+            part = xp[n0 : n0 + nb] if nb < n else xp
+            cnt = part.shape[0]
+            yt = self.blas.product(wr, columns(cp, part, g, k, s, d, out, group_major=True))
+            # (group, M/group, images, L) seen as (images, M, *out): element strides
+            # (L, images * L, out's own) in the GEMM's contiguous result.
+            isz = yt.itemsize
+            inner = tuple(prod(out[i + 1 :]) * isz for i in range(len(out)))
+            view = cp.lib.stride_tricks.as_strided(
+                yt, shape=(cnt, m) + out, strides=(L * isz, cnt * L * isz) + inner
+            )
+            dst = y if cnt == n else y[n0 : n0 + cnt]
+            if bias is None:
+                cp.copyto(dst, view)
+            else:
+                cp.add(view, bias, out=dst)
         return y
 
-    def _depthwise(self, x: Any, w: Any, k: Any, s: Any, d: Any, win: Window) -> Any:
-        """One input channel per group: multiply-add the taps (no column matrix)."""
-        cp = self.cp
-        n, g = x.shape[:2]
-        nsp = len(k)
-        mpg = w.shape[0] // g
-        xp = pad_spatial(cp, x, win.pads_begin, win.total_end, 0)
-        view = windows(cp, xp, k, s, d, win.out_shape)  # (N, G, *out, *K)
-        wd = w.reshape(g, mpg, prod(k))
-        lead = (slice(None), slice(None), None) + (slice(None),) * nsp
-        acc = None
-        for i, tap in enumerate(itertools.product(*(range(kk) for kk in k))):
-            src = view[lead + tap]  # (N, G, 1, *out)
-            wt = wd[:, :, i].reshape((g, mpg) + (1,) * nsp)
-            if acc is None:
-                acc = src * wt
-            else:
-                acc += src * wt
-        return acc
+    def _images_per_piece(self, x: Any, k: Any, win: Window) -> int:
+        """How many images' columns fit in :data:`COLUMN_BUDGET` (at least one)."""
+        per_image = x.shape[1] * prod(k) * prod(win.out_shape) * x.dtype.itemsize
+        return max(1, COLUMN_BUDGET // max(per_image, 1))
