@@ -183,6 +183,32 @@ def test_name_that_is_not_utf8_is_invalid_model():
         _session(data)
 
 
+@pytest.mark.parametrize(("marker", "where"), [
+    (b"inpq", r"model\.graph\.node\[0\]\.input"),
+    (b"alph", r"model\.graph\.node\[0\]\.attribute\[0\]\.name"),
+    (b"dimq", r"model\.graph\.value_info\[0\]\.type\.tensor_type\.shape\.dim\[0\]\.dim_param"),
+    (b"denq", r"model\.graph\.value_info\[0\]\.type\.denotation"),
+    (b"subq", r"model\.graph\.node\[1\]\.attribute\[0\]\.g\.node\[0\]\.name"),
+])
+def test_text_that_is_not_utf8_is_named_wherever_it_sits(marker, where):
+    # Nodes and value_infos are checked by a shortcut (a call per message cost BERT's load
+    # ~40 ms); a corrupt string anywhere in them still gets the walk's path.
+    then = helper.make_graph([helper.make_node("Identity", ["inpq"], ["t"], name="subq")], "then", [],
+                             [tensor("t", [2])])
+    model = make_model(
+        [helper.make_node("LeakyRelu", ["inpq"], ["midq"], alph=0.1),
+         helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=then)],
+        [tensor("inpq", [2]), helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, [])],
+        [tensor("y", [2])],
+    )
+    model.graph.value_info.append(helper.make_tensor_value_info("midq", onnx.TensorProto.FLOAT, ["dimq"]))
+    model.graph.value_info[0].type.denotation = "denq"
+    data = model.SerializeToString()
+    assert data.count(marker) >= 1
+    with pytest.raises(InvalidModel, match=where + r".* is not valid UTF-8"):
+        _session(data.replace(marker, marker[:1] + b"\xf9" + marker[2:]))
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_value_produced_twice_is_refused_at_every_level(level):
     # The optimizer used to drop the duplicate (dead) node first, so ORT_ENABLE_ALL ran a

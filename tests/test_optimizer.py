@@ -70,6 +70,27 @@ def test_constant_folding_folds_constant_subgraphs_and_static_shapes(tmp_path):
     _assert_equivalent(model, {"x": _randn(2, 3)})
 
 
+def test_a_big_folded_value_is_kept_as_an_array_and_still_saved_with_its_bytes(tmp_path):
+    # A weight computed at creation (a QDQ model's dequantized filters) stays a numpy array
+    # with a data-less tensor in the model, not copied into the protobuf and read back; the
+    # optimized model written to disk still holds its bytes, and a later pass reads it.
+    w = _randn(64, 64, seed=1)
+    nodes = [
+        helper.make_node("Mul", ["w", "two"], ["w2"], name="scale_weight"),
+        helper.make_node("MatMul", ["x", "w2"], ["m"], name="matmul"),
+        helper.make_node("Add", ["m", "b"], ["y"], name="bias"),  # MatMul + Add: a later pass reads w2
+    ]
+    model = make_model(nodes, [tensor("x", [3, 64])], [tensor("y", [3, 64])],
+                       {"w": w, "two": np.float32(2), "b": _randn(64, seed=2)})
+    path = str(tmp_path / "optimized.onnx")
+    _session(model, path=path)
+    saved = onnx.load(path)
+    assert "Mul" not in [n.op_type for n in saved.graph.node]  # folded
+    folded = {t.name: onnx.numpy_helper.to_array(t) for t in saved.graph.initializer}
+    assert any(v.shape == (64, 64) and np.array_equal(v, w * 2) for v in folded.values())
+    _assert_equivalent(model, {"x": _randn(3, 64)})
+
+
 def test_constant_folding_and_shape_inference_alternate_to_a_fixpoint(tmp_path):
     """A shape computed by an operator onnx's data propagation does not follow (ReduceProd)
     folds in the first round; inference then knows the Reshape's output shape, and the

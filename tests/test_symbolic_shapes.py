@@ -101,8 +101,37 @@ class Builder:
         seq = self.node("Gather", [self.node("Shape", [x]), self.const(1)], axis=0)
         return self.node("Cast", [self.node("Range", [self.const(0), seq, self.const(1)])], to=TensorProto.FLOAT)
 
+    def halving_level(self, x: str, width: int) -> str:
+        """[n, width] → [n * 2, width / 2], the new first dimension computed from x's shape
+        (a product onnx's inference cannot name), then through Transpose, MatMul, Softmax,
+        Split, Concat, a reduction and gathers: the next level's Reshape reads the shape of
+        this one's output, which is carried through those operators."""
+        n = self.node("Mul", [self.dim(x, 0), self.const([2])])
+        half = width // 2
+        y = self.node("Reshape", [x, self.node("Concat", [n, self.const([half])], axis=0)])       # [2n, half]
+        y = self.node("Transpose", [self.node("Transpose", [y], perm=[1, 0])], perm=[1, 0])
+        y = self.node("MatMul", [self.node("Softmax", [y], axis=-1),
+                                 self.const(np.eye(half, dtype=np.float32), np.float32)])
+        if half > 1:
+            left, right = (f"{self.name('split')}_{i}" for i in range(2))
+            self.nodes.append(helper.make_node("Split", [y, self.const([1, half - 1])], [left, right], axis=1))
+            y = self.node("Concat", [right, left], axis=1)
+        y = self.node("Sub", [y, self.node("ReduceMean", [y], axes=[-1], keepdims=1)])
+        index = self.node("Cast", [self.node("Relu", [self.node("Mul", [y, self.const(0.0, np.float32)])])],
+                          to=TensorProto.INT64)                            # zeros like y
+        y = self.node("GatherElements", [y, index], axis=1)
+        return self.node("Add", [self.node("Gather", [self.const(np.ones((1, 1), np.float32), np.float32),
+                                                      self.const(0)], axis=0), y])
 
-BLOCKS = ("split_heads", "flatten_tokens", "merge_minus_one", "positions", "arange")
+    def halving_levels(self, x: str) -> str:
+        """x flattened to [batch * seq, 8], then three halving levels: [batch*seq*8, 1]."""
+        x = self.flatten_tokens(x)
+        for width in (8, 4, 2):
+            x = self.halving_level(x, width)
+        return x
+
+
+BLOCKS = ("split_heads", "flatten_tokens", "merge_minus_one", "positions", "arange", "halving_levels")
 
 
 def _build(blocks: list[str], hidden: int = 8, heads: int = 2) -> onnx.ModelProto:
@@ -162,6 +191,34 @@ def test_computed_shapes_get_symbolic_dimensions(tmp_path, block, expected):
     model = _build([block])
     assert _session(model).get_outputs()[0].shape == expected
     _check(model, 2, 3, tmp_path)
+
+
+def test_shapes_carried_through_a_pass_resolve_chained_reshapes_in_one_round(tmp_path, monkeypatch):
+    # Each level's Reshape reads the shape of the previous one's output through Transpose,
+    # MatMul, Softmax, Split, Concat, a reduction and gathers: without carrying those
+    # shapes along, every level took one more round of onnx's inference (BERT took seven;
+    # here four rounds found the dimensions and a fifth confirmed).
+    from onyxrt import symbolic_shapes
+
+    model = _build(["halving_levels"])
+    rounds = []
+    propagate = symbolic_shapes.propagate
+    monkeypatch.setattr(symbolic_shapes, "propagate", lambda m: rounds.append(propagate(m)) or rounds[-1])
+    sess = _session(model, LEVEL.ORT_DISABLE_ALL)
+    assert sess.get_outputs()[0].shape == ["batch*seq*8", 1]
+    assert rounds == [True, False]  # everything found in the first; the second confirms
+    _check(model, 2, 3, tmp_path)
+
+
+def test_a_written_expression_is_read_back_as_one_only_over_the_free_dimensions():
+    from onyxrt.symbolic_shapes import _parse
+
+    free = frozenset({"batch", "seq"})
+    assert _parse("batch*seq*2*2", free) == Expr.of("batch") * Expr.of("seq") * Expr.of(4)
+    assert _parse("seq*12-4", free) == Expr.of("seq") * Expr.of(12) - Expr.of(4)
+    # A model's own names stay single symbols: not over the free dimensions, or no operator.
+    assert _parse("max-len", free) is None and _parse("batch*x", free) is None
+    assert _parse("seq", free) is None and _parse("batch*seq", frozenset()) is None
 
 
 def test_a_division_that_is_not_exact_stays_unknown():

@@ -108,7 +108,11 @@ def node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
 # Element types whose raw bytes are the array as numpy reads it (little-endian here).
 _RAW_TYPES: dict[int, np.dtype[Any]] = {
     onnx.TensorProto.FLOAT: np.dtype(np.float32), onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+    onnx.TensorProto.FLOAT16: np.dtype(np.float16),
     onnx.TensorProto.INT64: np.dtype(np.int64), onnx.TensorProto.INT32: np.dtype(np.int32),
+    onnx.TensorProto.INT16: np.dtype(np.int16), onnx.TensorProto.INT8: np.dtype(np.int8),
+    onnx.TensorProto.UINT64: np.dtype(np.uint64), onnx.TensorProto.UINT32: np.dtype(np.uint32),
+    onnx.TensorProto.UINT16: np.dtype(np.uint16), onnx.TensorProto.UINT8: np.dtype(np.uint8),
 }
 
 

@@ -196,6 +196,10 @@ def _check_text(message: Any, origin: str, path: Any = "model") -> None:
         return  # most messages of a model, and the only text is the name: checked there
     if type(message) is onnx.AttributeProto and _plain_attribute(message):
         return  # a number, numbers or bytes: its text fields are checked there
+    if type(message) is onnx.NodeProto and _plain_node(message):
+        return  # the other most frequent kinds, checked without a call per nested message
+    if type(message) is onnx.ValueInfoProto and _plain_value_info(message):
+        return
     strings, messages = _text_fields(message.DESCRIPTOR)
     for name, repeated in strings:
         for text in getattr(message, name) if repeated else (getattr(message, name),):
@@ -235,6 +239,42 @@ def _plain_attribute(attr: Any) -> bool:
         attr.type in _PLAIN_ATTRIBUTES and not isinstance(attr.name, bytes)
         and not isinstance(attr.ref_attr_name, bytes) and not isinstance(attr.doc_string, bytes)
     )
+
+
+def _valid_strings(message: Any) -> bool:
+    """Whether none of ``message``'s own string fields holds undecodable bytes."""
+    for name, repeated in _text_fields(message.DESCRIPTOR)[0]:
+        if repeated:
+            if any(isinstance(text, bytes) for text in getattr(message, name)):
+                return False
+        elif isinstance(getattr(message, name), bytes):
+            return False
+    return True
+
+
+def _plain_node(node: Any) -> bool:
+    """Whether a NodeProto's text is valid and it holds nothing but plain attributes (no
+    subgraph, metadata or device configuration, which the general walk reads)."""
+    if not _valid_strings(node):
+        return False
+    for name, repeated in _text_fields(node.DESCRIPTOR)[1]:
+        if name == "attribute":
+            if not all(_plain_attribute(a) for a in node.attribute):
+                return False
+        elif len(getattr(node, name)) if repeated else node.HasField(name):
+            return False
+    return True
+
+
+def _plain_value_info(vi: Any) -> bool:
+    """Whether a ValueInfoProto of a tensor has valid text, dimension names included."""
+    if not _valid_strings(vi) or len(getattr(vi, "metadata_props", ())) > 0:
+        return False
+    tp = vi.type
+    if not tp.HasField("tensor_type") or isinstance(tp.denotation, bytes):
+        return False  # sequences, maps, optionals: the general walk
+    return not any(isinstance(d.dim_param, bytes) or isinstance(d.denotation, bytes)
+                   for d in tp.tensor_type.shape.dim)
 
 
 def _path_text(path: Any) -> str:

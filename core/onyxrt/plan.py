@@ -9,6 +9,7 @@ reader so intermediates are freed as early as possible.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import operator
 import time
@@ -165,6 +166,8 @@ class ExecutionPlan:
         # (writing to one would change the other), as onnxruntime returns copies.
         fed: set[int] | None = None
         protected = self.protected
+        extents: _Extents | None = None
+        handed: set[int] = set()
         for name in output_names:
             slot, owner, on_host = self._outputs[name]
             value = vals[slot]
@@ -188,18 +191,15 @@ class ExecutionPlan:
                     if fed is None:
                         fed = {id(v) for v in feeds.values()}
                     if not flags.owndata or id(value) in fed:
-                        value = self._unalias(value, vals)
-                if results and any(value is r for r in results):
+                        if extents is None:
+                            extents = _Extents([vals[slot] for slot in protected])
+                        if extents.overlaps(value):
+                            value = value.copy()
+                if id(value) in handed:
                     value = value.copy()
+            handed.add(id(value))  # the arrays stay alive in results: their ids stay theirs
             results.append(value)
         return results
-
-    def _unalias(self, value: np.ndarray, vals: list[Any]) -> np.ndarray:
-        for slot in self.protected:
-            other = vals[slot]
-            if isinstance(other, np.ndarray) and np.may_share_memory(value, other):
-                return value.copy()
-        return value
 
     def finalize(self) -> None:
         """Freeze the steps into the tuples the run loop reads (call after building).
@@ -337,6 +337,45 @@ class _Resident:
     def __init__(self, value: Any, owner: ExecutionProvider) -> None:
         self.value = value
         self.owner = owner
+
+
+class _Extents:
+    """The memory extents of the arrays a run must not hand out (initializers, feeds),
+    to ask whether an output view overlaps one of them: the bounds test of
+    ``np.may_share_memory``, with the extents sorted once, so a run with many view
+    outputs over many initializers (a constant-folding evaluation: hundreds of each)
+    costs O(n log n) instead of a may_share_memory call per pair."""
+
+    __slots__ = ("_starts", "_reach")
+
+    def __init__(self, arrays: Iterable[Any]) -> None:
+        bounds = sorted(_byte_bounds(a) for a in arrays if isinstance(a, np.ndarray) and a.size)
+        self._starts = [lo for lo, _ in bounds]
+        # _reach[i]: the furthest end among the first i + 1 extents.
+        self._reach: list[int] = []
+        furthest = 0
+        for _, hi in bounds:
+            furthest = max(furthest, hi)
+            self._reach.append(furthest)
+
+    def overlaps(self, value: np.ndarray) -> bool:
+        """Whether ``value``'s bytes may overlap one of the extents."""
+        if not value.size:
+            return False
+        lo, hi = _byte_bounds(value)
+        before = bisect.bisect_left(self._starts, hi)  # extents starting below value's end
+        return before > 0 and self._reach[before - 1] > lo
+
+
+def _byte_bounds(a: np.ndarray) -> tuple[int, int]:
+    """[first byte, one past the last byte] an array's elements occupy."""
+    lo = hi = a.__array_interface__["data"][0]
+    for extent, stride in zip(a.shape, a.strides):
+        if stride < 0:
+            lo += (extent - 1) * stride
+        else:
+            hi += (extent - 1) * stride
+    return lo, hi + a.itemsize
 
 
 def _no_inputs(vals: list[Any]) -> tuple[()]:

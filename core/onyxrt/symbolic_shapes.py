@@ -21,12 +21,15 @@ was.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from .graph import tensor_array
 
 __all__ = ["Expr", "propagate", "forget_invented"]
 
@@ -45,9 +48,14 @@ class Expr:
     @staticmethod
     def of(value: int | str) -> Expr:
         """The constant ``value``, or the symbol ``value``."""
-        if isinstance(value, str):
-            return Expr((((value,), 1),))
-        return Expr((((), int(value)),) if value else ())
+        # Interned: a model's shapes repeat a few sizes thousands of times, and building
+        # a frozen dataclass costs about a microsecond (Expr is immutable, so sharing is safe).
+        found = _INTERNED.get(value)
+        if found is None:
+            found = Expr((((value,), 1),)) if isinstance(value, str) else Expr((((), int(value)),) if value else ())
+            if len(_INTERNED) < _MAX_INTERNED:
+                _INTERNED[value] = found
+        return found
 
     @staticmethod
     def _make(terms: dict[tuple[str, ...], int]) -> Expr:
@@ -113,28 +121,69 @@ class Expr:
 
 
 Dim = Expr | None
+
+#: Expr.of's results, by value (at most _MAX_INTERNED of them).
+_INTERNED: dict[int | str, Expr] = {}
+_MAX_INTERNED = 4096
 Value = list[Dim]
+
+
+class _Shapes:
+    """Name → dimensions, read from a ``ValueInfoProto`` only when asked for: a round of
+    :func:`propagate` asks for the shapes of a few hundred names (the inputs of shape
+    computations) of the thousands a transformer export's ``value_info`` holds, and
+    :func:`propagate` runs once per round of onnx's inference."""
+
+    __slots__ = ("_known", "_declared", "symbols")
+
+    def __init__(self, symbols: frozenset[str]) -> None:
+        self._known: dict[str, list[Dim] | None] = {}
+        self._declared: dict[str, tuple[onnx.TypeProto.Tensor, bool]] = {}
+        self.symbols = symbols
+
+    def declare(self, name: str, tensor_type: onnx.TypeProto.Tensor, is_input: bool) -> None:
+        """``name``'s shape is ``tensor_type``'s (read on first use; see :func:`_dims`)."""
+        self._known.pop(name, None)
+        self._declared[name] = (tensor_type, is_input)
+
+    def __setitem__(self, name: str, dims: list[Dim] | None) -> None:
+        self._declared.pop(name, None)
+        self._known[name] = dims
+
+    def get(self, name: str) -> list[Dim] | None:
+        """``name``'s dimensions (None where a dimension is unknown), or None."""
+        if name in self._known:
+            return self._known[name]
+        declared = self._declared.pop(name, None)
+        if declared is None:
+            return None
+        tt, is_input = declared
+        dims = self._known[name] = _dims(tt, is_input, self.symbols) if tt.HasField("shape") else None
+        return dims
 
 
 class _State:
     """Shapes and tracked values of one graph's names."""
 
     def __init__(self, graph: onnx.GraphProto) -> None:
-        self.shapes: dict[str, list[Dim] | None] = {}
         self.values: dict[str, tuple[Value, bool]] = {}  # name → (elements, is a scalar)
         self.types: dict[str, int] = {}
         inputs = {vi.name for vi in graph.input}
+        # The free dimensions: what an expression written by an earlier round is made of.
+        self.shapes = _Shapes(frozenset(
+            d.dim_param for vi in graph.input if vi.type.HasField("tensor_type")
+            for d in vi.type.tensor_type.shape.dim if d.dim_param))
         for vi in [*graph.input, *graph.value_info, *graph.output]:
             if vi.type.HasField("tensor_type"):
-                self.types[vi.name] = vi.type.tensor_type.elem_type
                 tt = vi.type.tensor_type
+                self.types[vi.name] = tt.elem_type
                 # A name the model itself gives an input (tf2onnx writes unk__214) is a symbol.
-                self.shapes[vi.name] = _dims(tt, vi.name in inputs) if tt.HasField("shape") else None
+                self.shapes.declare(vi.name, tt, vi.name in inputs)
         for t in graph.initializer:
             self.shapes[t.name] = [Expr.of(int(d)) for d in t.dims]
             self.types[t.name] = t.data_type
             if t.data_type in _INT_TYPES and math.prod(t.dims) <= _MAX_TRACKED:
-                self._track_array(t.name, numpy_helper.to_array(t))
+                self._track_array(t.name, tensor_array(t))
 
     def _track_array(self, name: str, array: np.ndarray) -> None:
         self.values[name] = ([Expr.of(int(v)) for v in array.reshape(-1)], array.ndim == 0)
@@ -150,18 +199,43 @@ class _State:
         return [e.constant for e in found[0]]  # type: ignore[union-attr,misc]
 
 
-def _dims(tensor_type: onnx.TypeProto.Tensor, declared: bool = False) -> list[Dim]:
+def _dims(tensor_type: onnx.TypeProto.Tensor, declared: bool = False,
+          symbols: frozenset[str] = frozenset()) -> list[Dim]:
     """The dimensions of a tensor type; ``unk__N`` names are onnx's placeholders for
-    unknown dimensions unless ``declared`` (a graph input's, as the model wrote them)."""
+    unknown dimensions unless ``declared`` (a graph input's, as the model wrote them). A
+    name that is an expression over ``symbols`` (``batch*seq*2``, as an earlier round
+    wrote it) is read back as that expression, not as a new opaque symbol."""
     dims: list[Dim] = []
     for d in tensor_type.shape.dim:
         if d.HasField("dim_value"):
             dims.append(Expr.of(int(d.dim_value)))
         elif d.dim_param and (declared or not d.dim_param.startswith("unk__")):
-            dims.append(Expr.of(d.dim_param))
+            text = d.dim_param
+            parsed = None if declared or text in symbols else _parse(text, symbols)
+            dims.append(parsed if parsed is not None else Expr.of(text))
         else:
             dims.append(None)
     return dims
+
+
+_TERM = re.compile(r"([+-]?)([^+-]+)")
+_FACTOR = re.compile(r"[A-Za-z_]\w*|\d+")
+
+
+def _parse(text: str, symbols: frozenset[str]) -> Expr | None:
+    """``text`` in :meth:`Expr.__str__`'s form over ``symbols`` only, as an Expr; None
+    for anything else (a model's own name such as ``max-len`` stays one symbol)."""
+    if not symbols or not any(c in text for c in "*+-"):
+        return None
+    total = Expr.of(0)
+    for sign, body in _TERM.findall(text):
+        term = Expr.of(-1 if sign == "-" else 1)
+        for factor in body.split("*"):
+            if not _FACTOR.fullmatch(factor) or not (factor.isdigit() or factor in symbols):
+                return None
+            term = term * Expr.of(int(factor) if factor.isdigit() else factor)
+        total = total + term
+    return total if "".join(s + b for s, b in _TERM.findall(text)) == text else None
 
 
 def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
@@ -169,6 +243,14 @@ def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
+
+
+def _ints_attr(node: onnx.NodeProto, name: str) -> list[int] | None:
+    """An INTS attribute as Python ints, or None when the node does not have it."""
+    for a in node.attribute:
+        if a.name == name:
+            return [int(v) for v in a.ints]
+    return None
 
 
 def _elementwise(op: str, a: Dim, b: Dim) -> Dim:
@@ -270,6 +352,167 @@ def _track(state: _State, node: onnx.NodeProto) -> None:
             if triples is not None:
                 state.values[out] = ([None if c is None or c.constant is None else (x if c.constant else y)
                                       for c, x, y in triples], all(p[1] for p in parts))  # type: ignore[index]
+
+
+#: Operators whose first output has their first input's shape.
+_SAME_SHAPE = frozenset({
+    "Identity", "Cast", "CastLike", "Relu", "LeakyRelu", "Elu", "Selu", "Gelu", "Sigmoid", "HardSigmoid",
+    "HardSwish", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
+    "Round", "Sin", "Cos", "Not", "IsNaN", "Softplus", "Softsign", "Clip", "Softmax", "LogSoftmax",
+    "Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
+})
+#: Operators whose output is their inputs broadcast (numpy's rule).
+_BROADCASTING = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "And", "Or", "Xor", "Where", "Mod", "PRelu",
+})
+
+
+def _carry(state: _State, node: onnx.NodeProto) -> None:
+    """Carry shapes through the elementwise, Transpose and MatMul nodes of the pass, in
+    memory, where ``value_info`` does not know them yet: a Reshape whose target is computed
+    from a shape two or three such nodes downstream of another Reshape (every attention
+    block of an export) is then resolved in this pass, instead of one more round of onnx's
+    inference per level (BERT took seven rounds). Nothing is written from here: onnx's
+    next inference writes these shapes itself."""
+    out = node.output[0]
+    known = state.shapes.get(out)
+    if known is not None and all(d is not None for d in known):
+        return
+    op = node.op_type
+    found: list[Dim] | None = None
+    if op in _SAME_SHAPE:
+        found = state.shapes.get(node.input[0])
+    elif op in _BROADCASTING:
+        found = _broadcast_shapes([state.shapes.get(i) for i in node.input if i])
+    elif op == "Transpose":
+        shape = state.shapes.get(node.input[0])
+        if shape is not None:
+            perm = _ints_attr(node, "perm")
+            perm = list(range(len(shape)))[::-1] if perm is None else perm
+            if sorted(perm) == list(range(len(shape))):
+                found = [shape[p] for p in perm]
+    elif op == "MatMul":
+        found = _matmul_shape(state.shapes.get(node.input[0]), state.shapes.get(node.input[1]))
+    elif op == "Gather" and len(node.input) == 2:
+        data, idx = state.shapes.get(node.input[0]), state.shapes.get(node.input[1])
+        axis = int(_attr(node, "axis", 0))  # type: ignore[call-overload]
+        if data is not None and idx is not None and -len(data) <= axis < len(data):
+            axis %= len(data)
+            found = [*data[:axis], *idx, *data[axis + 1:]]
+    elif op == "GatherElements" and len(node.input) == 2:
+        found = state.shapes.get(node.input[1])
+    elif op in _REDUCING:
+        found = _reduced_shape(state, node)
+    elif op == "Concat":
+        found = _concat_shape([state.shapes.get(i) for i in node.input], int(_attr(node, "axis", 0)))  # type: ignore[call-overload]
+    elif op == "Split":
+        _carry_split(state, node)
+    if found is None:
+        return
+    if known is not None:
+        if len(known) != len(found):
+            return  # disagrees with inference: leave it to onnx
+        found = [k if k is not None else f for k, f in zip(known, found)]
+    state.shapes[out] = found
+
+
+#: Reductions whose axes are an attribute (opset < 18, ReduceSum < 13) or their second input.
+_REDUCING = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"})
+
+
+def _reduced_shape(state: _State, node: onnx.NodeProto) -> list[Dim] | None:
+    shape = state.shapes.get(node.input[0])
+    if shape is None:
+        return None
+    axes = _ints_attr(node, "axes")
+    if axes is None:  # opset 18's input, or none: every axis
+        axes = state.ints(node.input[1]) if len(node.input) > 1 and node.input[1] else []
+    if axes is None or any(not -len(shape) <= a < len(shape) for a in axes):
+        return None
+    if not axes:
+        if int(_attr(node, "noop_with_empty_axes", 0)):  # type: ignore[call-overload]
+            return list(shape)
+        axes = list(range(len(shape)))
+    reduced = {a % len(shape) for a in axes}
+    keep = int(_attr(node, "keepdims", 1))  # type: ignore[call-overload]
+    return [Expr.of(1) if i in reduced else d for i, d in enumerate(shape) if keep or i not in reduced]
+
+
+def _concat_shape(shapes: Sequence[list[Dim] | None], axis: int) -> list[Dim] | None:
+    if not shapes or any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:  # type: ignore[arg-type]
+        return None
+    rank = len(shapes[0])  # type: ignore[arg-type]
+    if not -rank <= axis < rank:
+        return None
+    axis %= rank
+    out: list[Dim] = []
+    for i in range(rank):
+        dims = [s[i] for s in shapes]  # type: ignore[index]
+        if i == axis:
+            out.append(None if any(d is None for d in dims) else sum(dims[1:], dims[0]))  # type: ignore[arg-type]
+        else:
+            known = {d for d in dims if d is not None}
+            out.append(known.pop() if len(known) == 1 else None)
+    return out
+
+
+def _carry_split(state: _State, node: onnx.NodeProto) -> None:
+    """Split's outputs, when the sizes are constant (an attribute, a tracked input, or
+    equal parts of a constant length)."""
+    shape = state.shapes.get(node.input[0])
+    axis = int(_attr(node, "axis", 0))  # type: ignore[call-overload]
+    if shape is None or not -len(shape) <= axis < len(shape):
+        return
+    axis %= len(shape)
+    sizes = _ints_attr(node, "split")
+    if sizes is None and len(node.input) > 1 and node.input[1]:  # opset 13's input
+        sizes = state.ints(node.input[1])
+    elif sizes is None:
+        length, parts = shape[axis], len(node.output)
+        if length is None or length.constant is None or length.constant % parts:
+            return  # (an uneven split's last part, opset 18's num_outputs: left to onnx)
+        sizes = [length.constant // parts] * parts
+    if sizes is None or len(sizes) != len(node.output):
+        return
+    for name, size in zip(node.output, sizes):
+        known = state.shapes.get(name) if name else None
+        if name and (known is None or any(d is None for d in known)):
+            dims = [*shape[:axis], Expr.of(size), *shape[axis + 1:]]
+            if known is not None and len(known) == len(dims):
+                dims = [k if k is not None else d for k, d in zip(known, dims)]
+            if known is None or len(known) == len(dims):
+                state.shapes[name] = dims
+
+
+def _broadcast_shapes(shapes: Sequence[list[Dim] | None]) -> list[Dim] | None:
+    """numpy's broadcast of ``shapes``; a dimension is None where it cannot be decided."""
+    if not shapes or any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)  # type: ignore[arg-type]
+    out: list[Dim] = []
+    for i in range(rank):
+        dims = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]  # type: ignore[arg-type,index]
+        rest = [d for d in dims if d is None or d.constant != 1]
+        if not rest:
+            out.append(Expr.of(1))
+        elif any(d is None for d in rest) or any(d != rest[0] for d in rest):
+            out.append(None)
+        else:
+            out.append(rest[0])
+    return out
+
+
+def _matmul_shape(a: list[Dim] | None, b: list[Dim] | None) -> list[Dim] | None:
+    """numpy's matmul shape rule (1-D operands promoted, batch dimensions broadcast)."""
+    if a is None or b is None or not a or not b:
+        return None
+    if len(b) == 1:
+        return list(a[:-1])
+    if len(a) == 1:
+        return [*b[:-2], b[-1]]
+    batch = _broadcast_shapes([list(a[:-2]), list(b[:-2])]) if len(a) > 2 or len(b) > 2 else []
+    return None if batch is None else [*batch, a[-2], b[-1]]
 
 
 #: Operators whose output shape :func:`_output_shape` derives from tracked values.
@@ -423,6 +666,8 @@ def propagate(model: onnx.ModelProto, only: Iterable[str] = ("", "ai.onnx")) -> 
             continue
         _track(state, node)
         if node.op_type not in _SHAPE_DETERMINING or not node.output[0]:
+            if node.output and node.output[0]:
+                _carry(state, node)
             continue
         dims = _output_shape(state, node)
         if dims is None:
@@ -437,9 +682,13 @@ def propagate(model: onnx.ModelProto, only: Iterable[str] = ("", "ai.onnx")) -> 
             vi.name = name
             vi.type.tensor_type.elem_type = elem
             infos[name] = vi
+        before = state.shapes.get(name)
         if _write(vi, dims):
             changed = True
-            state.shapes[name] = _dims(vi.type.tensor_type)
+            # The dimensions as found (exact expressions), where inference knew none.
+            after = _dims(vi.type.tensor_type, symbols=state.shapes.symbols)
+            state.shapes[name] = after if before is None or len(before) != len(after) else [
+                b if b is not None else (d if d is not None else a) for b, d, a in zip(before, dims, after)]
     if changed:
         forget_invented(graph)
     return changed

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..dtypes import onnx_elem_type
 from ..errors import OnyxError
 from ..graph import node_subgraphs
 from .rewrite import DEFAULT_DOMAINS, Rewrite
@@ -28,6 +29,10 @@ from .support import Evaluate, PassContext
 __all__ = ["fold_constants", "MAX_FOLDED_BYTES", "MAX_ROUNDS"]
 
 MAX_FOLDED_BYTES = 16 << 20
+
+#: Folded values larger than this stay numpy arrays (:attr:`PassContext.arrays`); smaller
+#: ones (the shape computations' constants, which shape inference reads) become tensors.
+KEPT_AS_ARRAY_BYTES = 4096
 
 # Operators never folded: those whose outputs are not a function of their inputs, and
 # the quantization pair, whose QDQ groups around an operator tell providers that run
@@ -91,7 +96,7 @@ def fold_constants(model: onnx.ModelProto, ctx: PassContext | None = None) -> on
 def _fold_round(model: onnx.ModelProto, ctx: PassContext | None) -> onnx.ModelProto:
     """One round of :func:`fold_constants`."""
     evaluate = ctx.evaluate if ctx is not None else None
-    rw = Rewrite(model)
+    rw = Rewrite(model, ctx.arrays if ctx is not None else None)
     known: set[str] = set(rw.constants)
     folded: list[onnx.NodeProto] = []
     static: dict[str, np.ndarray] = {}  # Shape/Size outputs computed right here
@@ -131,8 +136,16 @@ def _fold_round(model: onnx.ModelProto, ctx: PassContext | None) -> onnx.ModelPr
                 continue
             readers = [c for c in rw.consumers.get(out, []) if id(c) not in folded_ids]
             if readers or out in rw.pinned:
-                tensor = onnx.numpy_helper.from_array(values[out], name=out)
-                rw.graph.initializer.append(tensor)
+                value = values[out]
+                if ctx is not None and value.nbytes > KEPT_AS_ARRAY_BYTES and value.dtype.kind in "fiub":
+                    # A weight (a QDQ model's dequantized filters): the model gets its
+                    # name, type and dims; the bytes stay in ctx.arrays, not copied into
+                    # the protobuf and read back out (~60 ms for a QDQ ResNet-50).
+                    rw.graph.initializer.append(onnx.TensorProto(
+                        name=out, data_type=onnx_elem_type(value.dtype), dims=value.shape))
+                    ctx.arrays[out] = value
+                else:
+                    rw.graph.initializer.append(onnx.numpy_helper.from_array(value, name=out))
     return rw.commit()
 
 

@@ -7,6 +7,9 @@ static PyMethodDef methods[] = {
      "gelu_erf(x, out, coefficients, clamp, t_scale, scale): out = x * (0.5 + 0.5 erf(x * scale))."},
     {"qgemm_u8s8", py_qgemm_u8s8, METH_VARARGS,
      "qgemm_u8s8(a, packed_b, out, m, n, k): out = a (uint8, m x k) @ b (int8, packed) in int32."},
+    {"qgemm_pack", py_qgemm_pack, METH_VARARGS,
+     "qgemm_pack(b, packed, column_sums, k, n): int8 b (k x n) in qgemm_u8s8's layout, and its "
+     "column sums in int32."},
     {"qgemm_supported", py_qgemm_supported, METH_NOARGS,
      "qgemm_supported() -> whether this CPU has AVX-512 VNNI for qgemm_u8s8."},
     {"logistic_tanh", py_logistic_tanh, METH_VARARGS,

@@ -161,6 +161,7 @@ void onyxrt_logistic(const float *x, float *y, idx n);
 void onyxrt_tanh(const float *x, float *y, idx n);
 PyObject *py_qgemm_u8s8(PyObject *self, PyObject *args);
 PyObject *py_qgemm_supported(PyObject *self, PyObject *args);
+PyObject *py_qgemm_pack(PyObject *self, PyObject *args);
 
 /* x and y of an elementwise or row-wise call; `n` floats per row (1: elementwise), or a
  * kernel's own parameter for elementwise ranges that need one. */

@@ -426,11 +426,11 @@ def pack_int8(b: np.ndarray) -> PackedInt8 | None:
         return None
     k, n = b.shape
     k4, n64 = -(-k // 4), -(-n // 64) * 64
-    padded = np.zeros((k4 * 4, n64), np.int8)
-    padded[:k, :n] = b
     # [N / 16][K / 4][16 columns][4 k]: one 64-byte load holds four k of sixteen columns.
-    data = np.ascontiguousarray(padded.reshape(k4, 4, n64 // 16, 16).transpose(2, 0, 3, 1))
-    return PackedInt8(data, (k, n), b.sum(axis=0, dtype=np.int32))
+    data = np.empty((n64 // 16, k4, 16, 4), np.int8)
+    sums = np.empty(n, np.int32)
+    _native.qgemm_pack(np.ascontiguousarray(b), data, sums, k, n)
+    return PackedInt8(data, (k, n), sums)
 
 
 def qgemm_u8s8(a: np.ndarray, b: PackedInt8) -> np.ndarray | None:
