@@ -105,8 +105,8 @@ def node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     return graphs
 
 
-# Element types whose raw bytes are the array as numpy reads it (little-endian here).
-_RAW_TYPES: dict[int, np.dtype[Any]] = {
+#: Element types whose raw bytes are the array as numpy reads it (little-endian here).
+RAW_DTYPES: dict[int, np.dtype[Any]] = {
     onnx.TensorProto.FLOAT: np.dtype(np.float32), onnx.TensorProto.DOUBLE: np.dtype(np.float64),
     onnx.TensorProto.FLOAT16: np.dtype(np.float16),
     onnx.TensorProto.INT64: np.dtype(np.int64), onnx.TensorProto.INT32: np.dtype(np.int32),
@@ -125,7 +125,7 @@ def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
         # The loader reads every external tensor (onyxrt.external_data); one still
         # external was not loaded, and onnx would read it relative to the working directory.
         raise ValueError("it refers to external data that was not loaded with the model")
-    dtype = _RAW_TYPES.get(tensor.data_type)
+    dtype = RAW_DTYPES.get(tensor.data_type)
     if dtype is not None and sys.byteorder == "little":
         raw = tensor.raw_data  # (a copy: upb hands out bytes fields as new objects)
         if raw:

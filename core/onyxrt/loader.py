@@ -13,7 +13,7 @@ import functools
 import os
 import stat
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ class LoadedModel:
     origin: str
     base_dir: Path | None  # None: given as bytes/ModelProto with no external-data folder
     path: Path | None = None
+    #: Values of initializers the proto holds without data (``split_weights``): read-only
+    #: views of the serialized model (see :mod:`onyxrt.raw_weights`).
+    arrays: dict[str, Any] = field(default_factory=dict)
 
 
 def load_model(
@@ -50,6 +53,7 @@ def load_model(
     supplied: Collection[str] = (),
     external_folder: str | os.PathLike[str] | None = None,
     read_external: bool = True,
+    split_weights: bool = False,
 ) -> LoadedModel:
     """Read ``source`` (str/PathLike path, bytes, or ``ModelProto``) and its external data.
 
@@ -61,7 +65,9 @@ def load_model(
     (``session.model_external_initializers_file_folder_path``) is the folder external
     files are read from instead of the model's; a model given as bytes or a ``ModelProto``
     reads external files only from there, never from the working directory. ``read_external=False`` leaves external references as they are (for
-    tools that read only the model's metadata).
+    tools that read only the model's metadata). ``split_weights`` leaves the large
+    numeric initializers of a path or bytes without data in the proto, their values in
+    :attr:`LoadedModel.arrays` (for a caller that reads initializers through it).
 
     Raises :class:`~onyxrt.errors.InvalidModel` for a missing, unreadable, malformed or
     truncated model, and :class:`~onyxrt.errors.UnsafeExternalData` for external data
@@ -73,7 +79,7 @@ def load_model(
         model.CopyFrom(source)  # we fill in external data; never touch the caller's proto
         loaded = LoadedModel(model, "<ModelProto>", None)
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        loaded = LoadedModel(_parse(bytes(source), "<bytes>"), "<bytes>", None)
+        loaded = _parsed(bytes(source), "<bytes>", None, None, split_weights)
     elif isinstance(source, (str, os.PathLike)):
         path = Path(os.fspath(source))
         data = read_model_file(path)
@@ -82,7 +88,7 @@ def load_model(
         # a symlinked model file is allowed too (onnxruntime's rule for Hugging Face's
         # cache, where model.onnx and its data link into blobs/).
         folder = path.absolute().parent
-        loaded = LoadedModel(_parse(data, str(path)), str(path), folder, path)
+        loaded = _parsed(data, str(path), folder, path, split_weights)
         roots = _real_folders(folder, path)
     else:
         raise InvalidModel(
@@ -161,6 +167,16 @@ def read_model_file(path: Path) -> bytes:
         raise InvalidModel(f"cannot read model file {str(path)!r}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def _parsed(data: bytes, origin: str, folder: Path | None, path: Path | None, split_weights: bool) -> LoadedModel:
+    if not split_weights:
+        return LoadedModel(_parse(data, origin), origin, folder, path)
+    from .raw_weights import split_raw_weights, weight_views  # numpy: off `import onyxrt`'s path
+
+    stripped, weights = split_raw_weights(data)
+    model = _parse(stripped, origin)
+    return LoadedModel(model, origin, folder, path, weight_views(model, data, weights) if weights else {})
 
 
 def _parse(data: bytes, origin: str) -> onnx.ModelProto:

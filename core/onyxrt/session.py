@@ -358,7 +358,7 @@ class InferenceSession:
         opts = self._sess_options
         loaded = load_model(
             source, opts._external_files, opts._external_initializers,
-            external_folder=opts.config_entries().get(EXTERNAL_DATA_FOLDER_KEY),
+            external_folder=opts.config_entries().get(EXTERNAL_DATA_FOLDER_KEY), split_weights=True,
         )
         loaded.proto = inline_local_functions(loaded.proto)
         try:
@@ -376,6 +376,7 @@ class InferenceSession:
             _apply_free_dim_overrides(proto.graph, opts._free_dims_by_name, opts._free_dims_by_denotation)
         for name, value in {**opts._external_initializers, **opts._initializers}.items():
             _replace_initializer(proto.graph, name, value)
+            loaded.arrays.pop(name, None)
         return loaded
 
     def _extra_passes(self) -> frozenset[str]:
@@ -401,6 +402,7 @@ class InferenceSession:
         ctx = PassContext(
             can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants,
             infer_shapes=infer, fold_dequantized_weights=not any(p.uses_qdq_groups for p in providers),
+            arrays=self._loaded.arrays,
         )
         proto = optimize(proto, self._sess_options.graph_optimization_level, infer, ctx, self._disabled_passes,
                          self._extra_passes())
@@ -410,6 +412,7 @@ class InferenceSession:
             arrays = read_initializers(proto.graph, ctx.arrays)
         except InvalidModel as exc:
             raise type(exc)(f"{self._loaded.origin}: {exc}") from None
+        self._loaded.arrays = {}  # the graph holds what it reads
         # From here on the model is kept without its weights' bytes (the graph holds them
         # as arrays) and nothing refers into the parsed proto any more — upb frees a
         # message's memory only as a whole — so a session holds one copy of the weights.

@@ -24,6 +24,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -138,13 +139,18 @@ class _Shapes:
 
     def __init__(self, symbols: frozenset[str]) -> None:
         self._known: dict[str, list[Dim] | None] = {}
-        self._declared: dict[str, tuple[onnx.TypeProto.Tensor, bool]] = {}
+        self._declared: dict[str, tuple[Any, bool | None]] = {}
         self.symbols = symbols
 
     def declare(self, name: str, tensor_type: onnx.TypeProto.Tensor, is_input: bool) -> None:
         """``name``'s shape is ``tensor_type``'s (read on first use; see :func:`_dims`)."""
         self._known.pop(name, None)
         self._declared[name] = (tensor_type, is_input)
+
+    def declare_initializer(self, tensor: onnx.TensorProto) -> None:
+        """An initializer's shape is its dims (read on first use)."""
+        self._known.pop(tensor.name, None)
+        self._declared[tensor.name] = (tensor, None)
 
     def __setitem__(self, name: str, dims: list[Dim] | None) -> None:
         self._declared.pop(name, None)
@@ -157,8 +163,12 @@ class _Shapes:
         declared = self._declared.pop(name, None)
         if declared is None:
             return None
-        tt, is_input = declared
-        dims = self._known[name] = _dims(tt, is_input, self.symbols) if tt.HasField("shape") else None
+        source, is_input = declared
+        if is_input is None:  # an initializer
+            dims: list[Dim] | None = [Expr.of(int(d)) for d in source.dims]
+        else:
+            dims = _dims(source, is_input, self.symbols) if source.HasField("shape") else None
+        self._known[name] = dims
         return dims
 
 
@@ -179,17 +189,25 @@ class _State:
                 self.types[vi.name] = tt.elem_type
                 # A name the model itself gives an input (tf2onnx writes unk__214) is a symbol.
                 self.shapes.declare(vi.name, tt, vi.name in inputs)
+        # Small integer initializers are tracked values, read when a computation asks.
+        self._constants: dict[str, onnx.TensorProto] = {}
         for t in graph.initializer:
-            self.shapes[t.name] = [Expr.of(int(d)) for d in t.dims]
+            self.shapes.declare_initializer(t)
             self.types[t.name] = t.data_type
             if t.data_type in _INT_TYPES and math.prod(t.dims) <= _MAX_TRACKED:
-                self._track_array(t.name, tensor_array(t))
+                self._constants[t.name] = t
 
     def _track_array(self, name: str, array: np.ndarray) -> None:
         self.values[name] = ([Expr.of(int(v)) for v in array.reshape(-1)], array.ndim == 0)
 
     def value(self, name: str) -> tuple[Value, bool] | None:
-        return self.values.get(name) if name else None
+        if not name:
+            return None
+        found = self.values.get(name)
+        if found is None and name in self._constants:
+            self._track_array(name, tensor_array(self._constants.pop(name)))
+            found = self.values[name]
+        return found
 
     def ints(self, name: str) -> list[int] | None:
         """A tracked value's elements when all are known integers."""
@@ -368,6 +386,13 @@ _BROADCASTING = frozenset({
 })
 
 
+#: Reductions whose axes are an attribute (opset < 18, ReduceSum < 13) or their second input.
+_REDUCING = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"})
+#: Operators :func:`_carry` has a shape rule for.
+_CARRIED = _SAME_SHAPE | _BROADCASTING | _REDUCING | {"Transpose", "MatMul", "Gather", "GatherElements",
+                                                     "Concat", "Split"}
+
+
 def _carry(state: _State, node: onnx.NodeProto) -> None:
     """Carry shapes through the elementwise, Transpose and MatMul nodes of the pass, in
     memory, where ``value_info`` does not know them yet: a Reshape whose target is computed
@@ -375,11 +400,13 @@ def _carry(state: _State, node: onnx.NodeProto) -> None:
     block of an export) is then resolved in this pass, instead of one more round of onnx's
     inference per level (BERT took seven rounds). Nothing is written from here: onnx's
     next inference writes these shapes itself."""
+    op = node.op_type
+    if op not in _CARRIED:
+        return
     out = node.output[0]
     known = state.shapes.get(out)
     if known is not None and all(d is not None for d in known):
         return
-    op = node.op_type
     found: list[Dim] | None = None
     if op in _SAME_SHAPE:
         found = state.shapes.get(node.input[0])
@@ -415,10 +442,6 @@ def _carry(state: _State, node: onnx.NodeProto) -> None:
             return  # disagrees with inference: leave it to onnx
         found = [k if k is not None else f for k, f in zip(known, found)]
     state.shapes[out] = found
-
-
-#: Reductions whose axes are an attribute (opset < 18, ReduceSum < 13) or their second input.
-_REDUCING = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"})
 
 
 def _reduced_shape(state: _State, node: onnx.NodeProto) -> list[Dim] | None:
