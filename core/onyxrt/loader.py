@@ -42,8 +42,8 @@ class LoadedModel:
     origin: str
     base_dir: Path | None  # None: given as bytes/ModelProto with no external-data folder
     path: Path | None = None
-    #: Values of initializers the proto holds without data (``split_weights``): read-only
-    #: views of the serialized model (see :mod:`onyxrt.raw_weights`).
+    #: Values of initializers the proto holds without data (``split_weights``), read
+    #: from the serialized model (see :mod:`onyxrt.raw_weights`).
     arrays: dict[str, Any] = field(default_factory=dict)
 
 
@@ -82,7 +82,7 @@ def load_model(
         loaded = _parsed(bytes(source), "<bytes>", None, None, split_weights)
     elif isinstance(source, (str, os.PathLike)):
         path = Path(os.fspath(source))
-        data = read_model_file(path)
+        data = read_model_file(path, into_array=split_weights)
         # The folder of the path as given, not of a symlink's target: external data sits
         # beside the path the user named (as onnxruntime resolves it); the real folder of
         # a symlinked model file is allowed too (onnxruntime's rule for Hugging Face's
@@ -128,9 +128,11 @@ def _real_folders(folder: Path, model_path: Path | None) -> tuple[Path, ...]:
 _MAX_MODEL_FILE_BYTES = 2**31 - 1
 
 
-def read_model_file(path: Path) -> bytes:
+def read_model_file(path: Path, into_array: bool = False) -> Any:
     """The bytes of a model file: a regular file (a FIFO, device or ``/dev/zero`` is
-    refused before anything is read) of at most protobuf's 2 GiB, read exactly."""
+    refused before anything is read) of at most protobuf's 2 GiB, read exactly. With
+    ``into_array``, a writable numpy uint8 array (which :mod:`onyxrt.raw_weights`
+    rearranges in place)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -154,6 +156,19 @@ def read_model_file(path: Path) -> bytes:
                 f"model file {str(path)!r} is {st.st_size} bytes; an ONNX model file holds at most "
                 "2 GiB (protobuf's limit); store the weights as external data"
             )
+        if into_array:
+            import numpy as np
+
+            # A bytearray, not np.empty: numpy asks for huge pages for a large array, and
+            # the kernel's compaction for them stalled the first read for up to ~1 s.
+            buffer = np.frombuffer(bytearray(st.st_size), np.uint8)
+            done = 0
+            while done < st.st_size:
+                got = os.preadv(fd, [buffer.data[done:]], done)
+                if not got:
+                    break  # the file shrank: parse what is there (a truncated model is reported)
+                done += got
+            return buffer[:done]
         chunks = []
         done = 0
         while done < st.st_size:
@@ -169,13 +184,15 @@ def read_model_file(path: Path) -> bytes:
         os.close(fd)
 
 
-def _parsed(data: bytes, origin: str, folder: Path | None, path: Path | None, split_weights: bool) -> LoadedModel:
+def _parsed(data: Any, origin: str, folder: Path | None, path: Path | None, split_weights: bool) -> LoadedModel:
+    """``data`` (bytes, or with ``split_weights`` a uint8 array this call may rewrite)
+    parsed, its large weights read apart (see :mod:`onyxrt.raw_weights`) when asked."""
     if not split_weights:
         return LoadedModel(_parse(data, origin), origin, folder, path)
-    from .raw_weights import split_raw_weights, weight_views  # numpy: off `import onyxrt`'s path
+    from .raw_weights import split_raw_weights, weight_views
 
     stripped, weights = split_raw_weights(data)
-    model = _parse(stripped, origin)
+    model = _parse(bytes(stripped), origin)
     return LoadedModel(model, origin, folder, path, weight_views(model, data, weights) if weights else {})
 
 
