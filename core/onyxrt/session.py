@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 
 from . import contrib_shapes, model_config, symbolic_shapes
+from .collector import collector_paused
 from .devices import EpDevice
 from .discovery import (
     CPU_PROVIDER,
@@ -216,7 +217,8 @@ class InferenceSession:
         # set_providers can optimize the original graph again for other providers.
         self._source = path_or_bytes
         self._limits = limits_from_config(opts.config_entries())
-        with run_limits(self._limits):  # kernels built (and constants folded) under it too
+        # Kernels are built (and constants folded) under the limits too.
+        with run_limits(self._limits), collector_paused():
             self._create(providers, provider_options)
 
     def _keyword_arguments(self, kwargs: Mapping[str, Any]) -> frozenset[str]:
@@ -1061,7 +1063,8 @@ class InferenceSession:
                     )
         previous = dict(self.__dict__)
         try:
-            self._create(providers, provider_options)
+            with collector_paused():
+                self._create(providers, provider_options)
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(previous)
