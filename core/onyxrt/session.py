@@ -1240,8 +1240,9 @@ def _infer_shapes(proto: onnx.ModelProto, logger: Any) -> onnx.ModelProto:
     try:
         inferred = infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
         # Symbolic dimensions through computed shapes (seq*12 where onnx says unk__3), each
-        # round carried on by onnx's inference, until nothing new is found.
-        for _ in range(_SYMBOLIC_ROUNDS):
+        # round carried on by onnx's inference, until nothing new is found. A graph without
+        # inputs (constant folding's evaluation) has no free dimension to follow.
+        for _ in range(_SYMBOLIC_ROUNDS if skeleton.graph.input else 0):
             if not symbolic_shapes.propagate(inferred):
                 break
             inferred = infer_shapes(inferred, check_type=False, strict_mode=False, data_prop=True)
