@@ -289,6 +289,36 @@ def test_identity_output_is_a_copy_of_the_feed_not_the_feed():
         assert not np.may_share_memory(y, x) and not np.may_share_memory(y, z)
 
 
+def test_the_overlap_test_of_outputs_is_numpys_bounds_test():
+    # Output views are checked against the initializers' and feeds' memory extents, sorted
+    # once (a constant-folding evaluation hands out hundreds of views over hundreds of
+    # initializers: a may_share_memory call per pair cost ~90 ms).
+    from onyxrt.plan import _Extents
+
+    base = np.zeros((40, 50), np.float32)
+    protected = [base[3:5], base[:, 10:12], np.zeros(3), np.zeros(0), base.T[::-1][5:7]]
+    views = [base[i:i + 2, j:j + 3][::a, ::b] for i in range(0, 40, 7) for j in range(0, 50, 9)
+             for a in (1, -1) for b in (1, -1)]
+    views += [np.zeros(4)[1:], base[::-1][::2], base.reshape(-1)[::-3], base[0:0]]
+    for k in range(1, len(protected) + 1):
+        extents = _Extents(protected[:k])
+        for v in views:
+            assert extents.overlaps(v) == any(np.may_share_memory(v, p) for p in protected[:k])
+
+
+def test_slices_of_initializers_come_back_as_copies():
+    w = np.arange(24, dtype=np.float32).reshape(4, 6)
+    nodes = [helper.make_node("Reshape", ["w", "shape"], [f"y{i}"], name=f"r{i}") for i in range(3)]
+    model = make_model(nodes, [], [tensor(f"y{i}", [24]) for i in range(3)],
+                       {"w": w, "shape": np.array([24], np.int64)})
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    outs = ort.InferenceSession(model.SerializeToString(), so).run(None, {})
+    outs[0][0] = -1.0
+    assert outs[1][0] == 0.0 and outs[2][0] == 0.0  # neither the weight nor a sibling changed
+    assert not any(np.may_share_memory(a, b) for i, a in enumerate(outs) for b in outs[i + 1:])
+
+
 @pytest.mark.parametrize("op", ["Reshape", "Cast", "Squeeze"])
 def test_no_op_kernels_do_not_hand_back_the_feed(op):
     nodes = {
