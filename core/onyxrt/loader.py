@@ -31,7 +31,18 @@ from .errors import (
 )
 from .kernels import has_signature
 
-__all__ = ["LoadedModel", "load_model", "read_model_file", "opset_versions"]
+__all__ = ["LoadedModel", "ParsedModel", "load_model", "read_model_file", "opset_versions"]
+
+
+@dataclass(frozen=True)
+class ParsedModel:
+    """A model built in memory by onyxrt itself (constant folding's evaluation), with the
+    values of its data-less initializers as arrays: loaded as it is, not copied, and its
+    arrays not serialized into it."""
+
+    proto: onnx.ModelProto
+    arrays: Mapping[str, Any]
+    origin: str
 
 
 @dataclass
@@ -74,7 +85,9 @@ def load_model(
     references that escape the model's folder or its file (see :mod:`onyxrt.external_data`).
     """
     roots: tuple[Path, ...] = ()
-    if isinstance(source, onnx.ModelProto):
+    if isinstance(source, ParsedModel):
+        loaded = LoadedModel(source.proto, source.origin, None, arrays=dict(source.arrays))
+    elif isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # we fill in external data; never touch the caller's proto
         loaded = LoadedModel(model, "<ModelProto>", None)

@@ -55,7 +55,7 @@ from .graph import Graph, check_structure, read_initializers
 from .iobinding import IOBinding
 from .kernels import ValueType
 from .limits import RunLimits, limits_from_config, run_limits
-from .loader import LoadedModel, check_model, load_model, opset_versions
+from .loader import LoadedModel, ParsedModel, check_model, load_model, opset_versions
 from .logs import session_logger
 from .model_saving import save_optimized_model
 from .optimizer import (
@@ -1190,13 +1190,14 @@ def _with_adapters(feeds: Mapping[str, Any], run_options: RunOptions | None) -> 
 _INFERENCE_BYTES = 4096
 
 
-def _evaluate_constants(model: onnx.ModelProto) -> list[Any]:
-    """The outputs of ``model`` (which has no inputs) run on onyxrt's CPU provider with
-    the optimizer off: how constant folding computes the nodes it folds, exactly as a
-    run would (:attr:`~onyxrt.optimizer.PassContext.evaluate`)."""
+def _evaluate_constants(model: onnx.ModelProto, arrays: Mapping[str, Any]) -> list[Any]:
+    """The outputs of ``model`` (which has no inputs; ``arrays`` the values of its
+    data-less initializers) run on onyxrt's CPU provider with the optimizer off: how
+    constant folding computes the nodes it folds, exactly as a run would
+    (:attr:`~onyxrt.optimizer.PassContext.evaluate`)."""
     options = SessionOptions()
     options.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = InferenceSession(model.SerializeToString(), options, providers=[CPU_PROVIDER])
+    session = InferenceSession(ParsedModel(model, arrays, "<constant folding>"), options, providers=[CPU_PROVIDER])
     return session.run(None, {})
 
 

@@ -175,8 +175,15 @@ def _evaluate(
     assert evaluate is not None  # without it only Shape/Size, computed here, are folded
     produced = {o for n in nodes for o in n.output if o}
     needed = {i for n in nodes for i in n.input if i and i not in produced}
+    # Values held as arrays (weights read apart from the model, values earlier passes
+    # computed) go to the evaluation as arrays beside data-less tensors: serializing them
+    # into its model and parsing them back cost a QDQ ResNet-50 ~0.15 s.
+    arrays = {n: rw.created[n] for n in needed
+              if n in rw.initializers and n in rw.created and rw.created[n].dtype.kind in "fiub"}
     initializers = [
-        onnx.numpy_helper.from_array(rw.created[n], name=n) if n in rw.created else rw.initializers[n]
+        onnx.TensorProto(name=n, data_type=onnx_elem_type(arrays[n].dtype), dims=arrays[n].shape)
+        if n in arrays else onnx.numpy_helper.from_array(rw.created[n], name=n) if n in rw.created
+        else rw.initializers[n]
         for n in needed if n in rw.initializers
     ]
     initializers += [onnx.numpy_helper.from_array(static[n], name=n) for n in needed if n in static]
@@ -185,5 +192,5 @@ def _evaluate(
     sub = helper.make_model(graph, opset_imports=list(rw.model.opset_import))
     sub.ir_version = rw.model.ir_version
     names = [o.name for o in outputs]
-    values.update(zip(names, evaluate(sub), strict=True))
+    values.update(zip(names, evaluate(sub, arrays), strict=True))
     return values

@@ -15,7 +15,7 @@ its graph, and fills the bytes in only to save ``optimized_model_filepath``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,8 +27,9 @@ FUSED_DOMAIN = "ai.onyxrt"
 FUSED_DOMAIN_VERSION = 1
 
 
-#: Runs a model without inputs and returns its outputs' values, in order.
-Evaluate = Callable[[onnx.ModelProto], Sequence[np.ndarray]]
+#: Runs a model without inputs and returns its outputs' values, in order; the mapping
+#: holds the values of the model's initializers that carry no data (name → array).
+Evaluate = Callable[[onnx.ModelProto, Mapping[str, np.ndarray]], Sequence[np.ndarray]]
 
 
 def _everyone(domain: str, op_type: str) -> bool:
@@ -44,7 +45,7 @@ class PassContext:
     default domain, at the model's opset). ``arrays`` receives the values of initializers
     the passes create (see the module docstring).
 
-    ``evaluate(model)`` computes what constant folding folds. The session's runs the
+    ``evaluate(model, arrays)`` computes what constant folding folds. The session's runs the
     nodes on onyxrt's CPU provider with the optimizer off, so that folding computes
     exactly what running would; the session passes it in because it builds on the
     optimizer, not the other way round. Without one only ``Shape`` and ``Size`` of

@@ -772,8 +772,12 @@ def pack_nchwc_filters(w: np.ndarray, blocked_input: bool) -> np.ndarray:
     cg = NCHWC_BLOCK if blocked_input else 1
     # One zero-filled buffer padded on both channel axes, then one transposing copy (padding
     # each axis in turn cost three copies: ResNet-50's 53 filters took 100 ms).
-    full = np.zeros((-(-m // _PANEL) * _PANEL, -(-c // cg) * cg, kh, kw), _F32)
-    full[:m, :c] = w
+    padded_shape = (-(-m // _PANEL) * _PANEL, -(-c // cg) * cg, kh, kw)
+    if padded_shape == w.shape:  # nothing to pad (most layers): no zeroed copy of the filters
+        full = w.astype(_F32, copy=False)
+    else:
+        full = np.zeros(padded_shape, _F32)
+        full[:m, :c] = w
     panels, groups = full.shape[0] // _PANEL, full.shape[1] // cg
     shaped = full.reshape(panels, _PANEL, groups, cg, kh, kw)
     return np.ascontiguousarray(shaped.transpose(0, 4, 5, 2, 3, 1))
