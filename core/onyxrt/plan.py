@@ -21,6 +21,11 @@ from typing import Any
 import numpy as np
 import onnx
 
+try:  # [first byte, one past the last byte] of an array's elements
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # numpy < 2
+    from numpy import byte_bounds  # type: ignore[attr-defined,no-redef]
+
 from .devices import HOST_MEMORY, Device
 from .discovery import provider_label
 from .errors import (
@@ -349,7 +354,7 @@ class _Extents:
     __slots__ = ("_starts", "_reach")
 
     def __init__(self, arrays: Iterable[Any]) -> None:
-        bounds = sorted(_byte_bounds(a) for a in arrays if isinstance(a, np.ndarray) and a.size)
+        bounds = sorted(byte_bounds(a) for a in arrays if isinstance(a, np.ndarray) and a.size)
         self._starts = [lo for lo, _ in bounds]
         # _reach[i]: the furthest end among the first i + 1 extents.
         self._reach: list[int] = []
@@ -362,20 +367,9 @@ class _Extents:
         """Whether ``value``'s bytes may overlap one of the extents."""
         if not value.size:
             return False
-        lo, hi = _byte_bounds(value)
+        lo, hi = byte_bounds(value)
         before = bisect.bisect_left(self._starts, hi)  # extents starting below value's end
         return before > 0 and self._reach[before - 1] > lo
-
-
-def _byte_bounds(a: np.ndarray) -> tuple[int, int]:
-    """[first byte, one past the last byte] an array's elements occupy."""
-    lo = hi = a.__array_interface__["data"][0]
-    for extent, stride in zip(a.shape, a.strides):
-        if stride < 0:
-            lo += (extent - 1) * stride
-        else:
-            hi += (extent - 1) * stride
-    return lo, hi + a.itemsize
 
 
 def _no_inputs(vals: list[Any]) -> tuple[()]:

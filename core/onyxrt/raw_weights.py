@@ -7,8 +7,8 @@ parsing, :func:`split_raw_weights` walks the wire format of the model, its graph
 the graph's initializers (a few thousand fields: the nodes are copied as opaque spans),
 and cuts the ``raw_data`` of every large numeric initializer out of the bytes protobuf
 parses; :func:`weight_views` then reads each into a read-only, aligned numpy array (in
-the loader's buffer itself when it may). The parsed model holds those initializers with their name, type and dims only —
-the form the optimizer's computed weights already take
+the loader's buffer itself when it may). The parsed model holds those initializers with
+their name, type and dims only — the form the optimizer's computed weights already take
 (:attr:`onyxrt.optimizer.PassContext.arrays`).
 
 Anything the walk does not recognise (a group, a repeated graph field, a tensor with
@@ -185,8 +185,8 @@ def weight_views(model: onnx.ModelProto, data: Any, weights: list[RawWeight]) ->
                 or math.prod(dims) * dtype.itemsize != w.length):
             tensor.raw_data = bytes(data[w.offset:w.offset + w.length])
             continue
-        at = free + (-(base + free) % 64) if in_place else w.offset + 1
-        if at <= w.offset:
+        at = free + (-(base + free) % 64)  # the next 64-byte boundary of the moved region
+        if in_place and at <= w.offset:
             import ctypes  # memmove: the moves overlap, which numpy copies through a temporary
 
             ctypes.memmove(base + at, base + w.offset, w.length)

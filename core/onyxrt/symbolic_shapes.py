@@ -156,6 +156,16 @@ class _Shapes:
         self._declared.pop(name, None)
         self._known[name] = dims
 
+    def learn(self, name: str, found: list[Dim]) -> None:
+        """Take ``found`` as ``name``'s dimensions where those known so far are unknown;
+        nothing when the two disagree on the rank (left to onnx's inference)."""
+        known = self.get(name)
+        if known is not None:
+            if len(known) != len(found):
+                return
+            found = [k if k is not None else f for k, f in zip(known, found)]
+        self[name] = found
+
     def get(self, name: str) -> list[Dim] | None:
         """``name``'s dimensions (None where a dimension is unknown), or None."""
         if name in self._known:
@@ -435,13 +445,8 @@ def _carry(state: _State, node: onnx.NodeProto) -> None:
         found = _concat_shape([state.shapes.get(i) for i in node.input], int(_attr(node, "axis", 0)))  # type: ignore[call-overload]
     elif op == "Split":
         _carry_split(state, node)
-    if found is None:
-        return
-    if known is not None:
-        if len(known) != len(found):
-            return  # disagrees with inference: leave it to onnx
-        found = [k if k is not None else f for k, f in zip(known, found)]
-    state.shapes[out] = found
+    if found is not None:
+        state.shapes.learn(out, found)
 
 
 def _reduced_shape(state: _State, node: onnx.NodeProto) -> list[Dim] | None:
@@ -499,13 +504,8 @@ def _carry_split(state: _State, node: onnx.NodeProto) -> None:
     if sizes is None or len(sizes) != len(node.output):
         return
     for name, size in zip(node.output, sizes):
-        known = state.shapes.get(name) if name else None
-        if name and (known is None or any(d is None for d in known)):
-            dims = [*shape[:axis], Expr.of(size), *shape[axis + 1:]]
-            if known is not None and len(known) == len(dims):
-                dims = [k if k is not None else d for k, d in zip(known, dims)]
-            if known is None or len(known) == len(dims):
-                state.shapes[name] = dims
+        if name:
+            state.shapes.learn(name, [*shape[:axis], Expr.of(size), *shape[axis + 1:]])
 
 
 def _broadcast_shapes(shapes: Sequence[list[Dim] | None]) -> list[Dim] | None:
@@ -705,13 +705,11 @@ def propagate(model: onnx.ModelProto, only: Iterable[str] = ("", "ai.onnx")) -> 
             vi.name = name
             vi.type.tensor_type.elem_type = elem
             infos[name] = vi
-        before = state.shapes.get(name)
         if _write(vi, dims):
             changed = True
             # The dimensions as found (exact expressions), where inference knew none.
-            after = _dims(vi.type.tensor_type, symbols=state.shapes.symbols)
-            state.shapes[name] = after if before is None or len(before) != len(after) else [
-                b if b is not None else (d if d is not None else a) for b, d, a in zip(before, dims, after)]
+            written = _dims(vi.type.tensor_type, symbols=state.shapes.symbols)
+            state.shapes.learn(name, [d if d is not None else w for d, w in zip(dims, written)])
     if changed:
         forget_invented(graph)
     return changed

@@ -20,10 +20,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..dtypes import onnx_elem_type
 from ..errors import OnyxError
 from ..graph import node_subgraphs
-from .rewrite import DEFAULT_DOMAINS, Rewrite
+from .rewrite import DEFAULT_DOMAINS, Rewrite, dataless_tensor
 from .support import Evaluate, PassContext
 
 __all__ = ["fold_constants", "MAX_FOLDED_BYTES", "MAX_ROUNDS"]
@@ -141,8 +140,7 @@ def _fold_round(model: onnx.ModelProto, ctx: PassContext | None) -> onnx.ModelPr
                     # A weight (a QDQ model's dequantized filters): the model gets its
                     # name, type and dims; the bytes stay in ctx.arrays, not copied into
                     # the protobuf and read back out (~60 ms for a QDQ ResNet-50).
-                    rw.graph.initializer.append(onnx.TensorProto(
-                        name=out, data_type=onnx_elem_type(value.dtype), dims=value.shape))
+                    rw.graph.initializer.append(dataless_tensor(out, value))
                     ctx.arrays[out] = value
                 else:
                     rw.graph.initializer.append(onnx.numpy_helper.from_array(value, name=out))
@@ -181,8 +179,7 @@ def _evaluate(
     arrays = {n: rw.created[n] for n in needed
               if n in rw.initializers and n in rw.created and rw.created[n].dtype.kind in "fiub"}
     initializers = [
-        onnx.TensorProto(name=n, data_type=onnx_elem_type(arrays[n].dtype), dims=arrays[n].shape)
-        if n in arrays else onnx.numpy_helper.from_array(rw.created[n], name=n) if n in rw.created
+        dataless_tensor(n, arrays[n]) if n in arrays else onnx.numpy_helper.from_array(rw.created[n], name=n) if n in rw.created
         else rw.initializers[n]
         for n in needed if n in rw.initializers
     ]

@@ -59,6 +59,12 @@ def other_input(node: onnx.NodeProto, name: str) -> str:
     return node.input[1] if node.input[0] == name else node.input[0]
 
 
+def dataless_tensor(name: str, value: np.ndarray) -> onnx.TensorProto:
+    """An initializer with ``value``'s type and dims and no data: the value itself is held
+    as an array beside the model (:attr:`~.support.PassContext.arrays`)."""
+    return onnx.TensorProto(name=name, data_type=onnx_elem_type(value.dtype), dims=value.shape)
+
+
 def remove_initializers(graph: onnx.GraphProto, names: set[str]) -> None:
     """Delete the initializers called ``names``, by position: ``RepeatedField.remove``
     compares whole tensors, and rebuilding the field would copy every weight."""
@@ -218,7 +224,7 @@ class Rewrite:
         carries name, type and dims; the value itself goes to :attr:`created`."""
         name = self.fresh_name(base)
         value = np.asarray(value)
-        tensor = onnx.TensorProto(name=name, data_type=onnx_elem_type(value.dtype), dims=value.shape)
+        tensor = dataless_tensor(name, value)
         self.created[name] = value
         self._new_initializers.append(tensor)
         self.initializers[name] = tensor
