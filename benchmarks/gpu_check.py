@@ -15,8 +15,10 @@ exits with status 2. The phases, each bounded in time:
   beside the same case on the CPU alone, in ``--workers`` processes: how many pass, which
   fail on the GPU only (grouped by error), and how many run wholly on the GPU;
 * ``timing`` — median latency of ``onyxrt.testing.models`` (ResNet-50, MobileNetV2,
-  BERT-base, GPT-2) at batch 1 and 8 on onyxrt's CUDA provider, on onyxrt's CPU provider and
-  on onnxruntime with its best installed provider, each in its own process.
+  BERT-base, GPT-2) at batch 1 and 8 on onyxrt's CUDA provider (plain, and with
+  ``enable_cuda_graph=1``: the graph's outputs are checked against the plain run's), on
+  onyxrt's CPU provider and on onnxruntime with its best installed provider, each in its
+  own process.
 
 Phases that run out of time report what they finished; all of them together end within
 ``--budget-seconds`` (9 minutes by default). ``--dry-run`` probes the device and stops.
@@ -255,7 +257,8 @@ def _time_one(runtime: str, model_name: str, batch: int, runs: int) -> dict[str,
     else:
         import onyxrt as rt  # type: ignore[no-redef]
 
-        providers = [CUDA, CPU] if runtime == "onyxrt-cuda" else [CPU]
+        providers = {"onyxrt-cuda": [CUDA, CPU], "onyxrt-cuda-graph": [(CUDA, {"enable_cuda_graph": "1"}), CPU],
+                     "onyxrt-cpu": [CPU]}[runtime]
     start = time.perf_counter()
     session = rt.InferenceSession(model, providers=providers)
     created = time.perf_counter() - start
@@ -264,18 +267,28 @@ def _time_one(runtime: str, model_name: str, batch: int, runs: int) -> dict[str,
     for arg in session.get_inputs():
         shape = [d if isinstance(d, int) else batch for d in arg.shape]
         if "int" in arg.type:
-            feeds[arg.name] = rng.integers(0, 100, size=shape).astype(np.int64)
+            # An attention mask is 0/1 (other values overflow BERT's additive mask to nan).
+            high = 2 if "mask" in arg.name else 100
+            feeds[arg.name] = rng.integers(0, high, size=shape).astype(np.int64)
         else:
             feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-    for _ in range(3):
-        session.run(None, feeds)
+    first = session.run(None, feeds)
+    for _ in range(2):
+        last = session.run(None, feeds)
+    extra: dict[str, Any] = {}
+    if runtime == "onyxrt-cuda-graph":
+        # The first run is plain, the second captured, the third a replay: same results.
+        extra["graph_vs_plain_max_abs"] = max(float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+                                              for a, b in zip(first, last))
+        replay = session._plan.graph_replay
+        extra["replays"] = replay.replays if replay is not None else None
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
         session.run(None, feeds)
         times.append(time.perf_counter() - t0)
     return {"runtime": runtime, "providers": session.get_providers(), "model": model_name, "batch": batch,
-            "median_ms": 1000 * statistics.median(times), "created_s": created}
+            "median_ms": 1000 * statistics.median(times), "created_s": created, **extra}
 
 
 def _timing(models: list[str], batches: list[int], runtimes: list[str], runs: int,
@@ -306,14 +319,17 @@ def _print_timing(results: list[dict[str, Any]]) -> None:
     table: dict[tuple[str, int], dict[str, Any]] = collections.defaultdict(dict)
     for r in results:
         table[(r["model"], r["batch"])][r["runtime"]] = r
-    print(f"{'model':14}{'batch':>6}{'onyxrt CUDA ms':>16}{'onyxrt CPU ms':>15}{'onnxruntime ms':>16}  onnxruntime providers")
+    print(f"{'model':14}{'batch':>6}{'onyxrt CUDA ms':>16}{'+ CUDA graph ms':>17}{'onyxrt CPU ms':>15}"
+          f"{'onnxruntime ms':>16}  onnxruntime providers; graph vs plain max |diff|")
     for (model, batch), row in table.items():
         cells = []
-        for runtime in ("onyxrt-cuda", "onyxrt-cpu", "onnxruntime"):
+        for runtime in ("onyxrt-cuda", "onyxrt-cuda-graph", "onyxrt-cpu", "onnxruntime"):
             r = row.get(runtime, {})
             cells.append(f"{r['median_ms']:.2f}" if "median_ms" in r else r.get("error", "-")[:14])
         ort_providers = ",".join(p.replace("ExecutionProvider", "") for p in row.get("onnxruntime", {}).get("providers", []))
-        print(f"{model:14}{batch:>6}{cells[0]:>16}{cells[1]:>15}{cells[2]:>16}  {ort_providers}")
+        graph = row.get("onyxrt-cuda-graph", {})
+        diff = f"{graph['graph_vs_plain_max_abs']:.3g} ({graph.get('replays')} replays)" if "graph_vs_plain_max_abs" in graph else "-"
+        print(f"{model:14}{batch:>6}{cells[0]:>16}{cells[1]:>17}{cells[2]:>15}{cells[3]:>16}  {ort_providers}; {diff}")
 
 
 # -- main --------------------------------------------------------------------------------
@@ -346,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--runtimes", default="onyxrt-cuda,onyxrt-cpu,onnxruntime",
-                        help="which of onyxrt-cuda, onyxrt-cpu, onnxruntime to time")
+    parser.add_argument("--runtimes", default="onyxrt-cuda,onyxrt-cuda-graph,onyxrt-cpu,onnxruntime",
+                        help="which of onyxrt-cuda, onyxrt-cuda-graph, onyxrt-cpu, onnxruntime to time")
     parser.add_argument("--shard", nargs=2, metavar=("I/N", "FILE"), help=argparse.SUPPRESS)
     parser.add_argument("--time-one", nargs=4, metavar=("RUNTIME", "MODEL", "BATCH", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

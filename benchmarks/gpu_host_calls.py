@@ -20,9 +20,11 @@ asks of CuPy:
 * ``syncs``: stream, event and device synchronizations;
 * ``GEMMs``: matrix products (cuBLAS calls and ``cupy.matmul``).
 
-The simulation models no launch cost and no streams' concurrency, so these are counts, not
-times; they are the "before" of CUDA graph capture (issue 25, item 6). ``--by-op N`` adds,
-per model, the N operator types making the most CuPy calls per run.
+Each model is counted twice: a plain run, and a replay with ``enable_cuda_graph=1`` (after
+a plain run and the run that captures the graph: docs/gpu.md, "CUDA graphs"); ``--modes``
+picks one. The simulation models no launch cost and no streams' concurrency, so these are
+counts, not times. ``--by-op N`` adds, per model, the N operator types making the most
+CuPy calls per run.
 """
 
 from __future__ import annotations
@@ -129,8 +131,13 @@ def _calls_by_op(sim: Any, tally: collections.Counter[str]) -> Iterator[None]:
             cls.compute = compute  # type: ignore[attr-defined]
 
 
-def measure(name: str, seq: int, by_op: int) -> dict[str, Any]:
-    """Counts of one warm batch-1 run of ``name`` on the simulated CUDA provider."""
+#: The runs counted: plain, and graph replay (enable_cuda_graph=1).
+MODES = ("plain", "graph")
+
+
+def measure(name: str, seq: int, by_op: int, mode: str = "plain") -> dict[str, Any]:
+    """Counts of one warm batch-1 run of ``name`` on the simulated CUDA provider (a
+    replay of its CUDA graph with ``mode="graph"``)."""
     import onyxrt as ort
     from onyxrt.discovery import reset_catalog
     from onyxrt_gpu.testing import simulated_cupy
@@ -142,11 +149,14 @@ def measure(name: str, seq: int, by_op: int) -> dict[str, Any]:
             start = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                session = ort.InferenceSession(model.SerializeToString(), providers=[CUDA, CPU])
+                cuda = (CUDA, {"enable_cuda_graph": "1"}) if mode == "graph" else CUDA
+                session = ort.InferenceSession(model.SerializeToString(), providers=[cuda, CPU])
             created = time.perf_counter() - start
             placed = session.placement.nodes_by_provider()
             feeds = _feeds(session)
-            session.run(None, feeds)  # warm-up: arena filled, geometry cached
+            # warm-up: arena filled, geometry cached (with a graph: then captured)
+            for _ in range(2 if mode == "graph" else 1):
+                session.run(None, feeds)
             tally: collections.Counter[str] = collections.Counter()
             sim.reset_counters()
             start = time.perf_counter()
@@ -160,6 +170,7 @@ def measure(name: str, seq: int, by_op: int) -> dict[str, Any]:
     row: dict[str, Any] = {
         "model": name,
         "label": label,
+        "mode": mode,
         "nodes_on_gpu": len(placed.get(CUDA, [])),
         "nodes_elsewhere": sum(len(v) for k, v in placed.items() if k != CUDA),
         **{key: int(counts[key]) for _, key in COLUMNS},
@@ -173,13 +184,14 @@ def measure(name: str, seq: int, by_op: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table (one line per model)."""
-    head = ["model", "GPU nodes", *(title for title, _ in COLUMNS)]
+    head = ["model", "run", "GPU nodes", *(title for title, _ in COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         nodes = str(r["nodes_on_gpu"]) + (
             f" (+{r['nodes_elsewhere']} CPU)" if r["nodes_elsewhere"] else ""
         )
-        cells = [r["label"], nodes, *(str(r[key]) for _, key in COLUMNS)]
+        run = "CUDA graph replay" if r["mode"] == "graph" else "plain"
+        cells = [r["label"], run, nodes, *(str(r[key]) for _, key in COLUMNS)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -195,25 +207,27 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also list the N op types making the most CuPy calls per run",
     )
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the counts as JSON")
     args = parser.parse_args(argv)
     rows = []
     for name in args.models:
-        row = measure(name, args.seq, args.by_op)
-        rows.append(row)
-        print(
-            f"{row['label']}: created in {row['create_s']} s, one run in "
-            f"{row['run_s_in_simulation']} s (simulated)",
-            file=sys.stderr,
-        )
+        for mode in args.modes:
+            row = measure(name, args.seq, args.by_op, mode)
+            rows.append(row)
+            print(
+                f"{row['label']} ({mode}): created in {row['create_s']} s, one run in "
+                f"{row['run_s_in_simulation']} s (simulated)",
+                file=sys.stderr,
+            )
     print(
-        "Per batch-1 run on CUDAExecutionProvider under the simulated CuPy, after one warm-up run:\n"
+        "Per batch-1 run on CUDAExecutionProvider under the simulated CuPy, after warm-up runs (and the capture):\n"
     )
     print(table(rows))
     if args.by_op:
         for r in rows:
             ops = ", ".join(f"{op} {n}" for op, n in r["launches_by_op"].items())
-            print(f"\n{r['label']}, CuPy calls by op type: {ops}")
+            print(f"\n{r['label']} ({r['mode']}), CuPy calls by op type: {ops}")
     if args.json:
         args.json.write_text(json.dumps({"batch": 1, "rows": rows}, indent=2) + "\n")
     return 0

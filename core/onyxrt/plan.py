@@ -38,6 +38,7 @@ from .errors import (
 )
 from .float_errors import ignore_float_errors, restore_float_errors
 from .graph import Graph, Node
+from .graph_replay import GraphReplay
 from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
 from .limits import current_limits, memory_error
 from .parallel import StepGraph, run_parallel
@@ -110,6 +111,9 @@ class ExecutionPlan:
         self._compiled: list[tuple[Callable[..., Sequence[Any]], Callable[[list[Any]], Any], bool, tuple[int, ...], tuple[int, ...]]] = []
         #: the steps as one straight-line function (small plans; see straight_line.py)
         self._straight: Callable[[list[Any]], Failure] | None = None
+        #: runs captured as a device graph and replayed (graph_replay.py), when a
+        #: provider offers it and the plan qualifies; set by the session
+        self.graph_replay: GraphReplay | None = None
 
     # -- running ---------------------------------------------------------------------
     def run(
@@ -148,7 +152,10 @@ class ExecutionPlan:
             # onnxruntime, not warnings; one context per run keeps kernels free of it.
             quiet = ignore_float_errors()
             try:
-                if pool is not None and profile is None:
+                if self.graph_replay is not None and pool is None and profile is None and \
+                        self.graph_replay.run(vals, feeds, device_feeds or {}, keep_on_device):
+                    pass  # the outputs' slots hold the replay's results
+                elif pool is not None and profile is None:
                     run_parallel(
                         self.step_graph, vals,
                         lambda i, args: self._call_step(i, args, run_options),

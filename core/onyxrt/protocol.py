@@ -29,6 +29,7 @@ import numpy as np
 from .allocator import Allocator, AllocatorStats
 from .devices import Device
 from .graph import Graph, GraphView, Node
+from .graph_replay import GraphCapture
 from .kernels import Kernel, KernelInfo, KernelRegistry
 from .options import OptionSchema
 
@@ -292,6 +293,12 @@ class ExecutionProvider(abc.ABC):
 
     def sync(self) -> None:
         """Wait until work queued on the device has finished."""
+
+    def graph_capture(self) -> GraphCapture | None:
+        """How to record this provider's work for a run into a device graph and replay it
+        (CUDA graphs), or ``None`` (the default): sessions whose plan qualifies then run as
+        one launch per run (see :mod:`onyxrt.graph_replay`)."""
+        return None
 
     def device_time_us(self, kernel: Kernel) -> float | None:
         """Simulated or measured device time of the kernel's last compute, if known."""

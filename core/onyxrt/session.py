@@ -52,6 +52,7 @@ from .feeds import InputCheck, check_feed, check_shape, type_name
 from .functions import expand_nodes, inline_local_functions
 from .gradient import expand_gradients
 from .graph import Graph, check_structure, read_initializers
+from .graph_replay import plan_graph_replay
 from .iobinding import IOBinding
 from .kernels import ValueType
 from .limits import RunLimits, limits_from_config, run_limits
@@ -486,6 +487,7 @@ class InferenceSession:
                 )
         self._check_placement_limits(placement)
         self._providers = instances
+        plan.graph_replay = plan_graph_replay(plan, lambda message: self._logger.warning("%s", message))
         self._plan: ExecutionPlan = plan
         self._run_lock = (
             threading.Lock() if not all(p.supports_concurrent_runs() for p in instances) else None
@@ -1025,7 +1027,12 @@ class InferenceSession:
             raise InvalidArgument("set_tuning_results: onyxrt has no tunable kernels these results could apply to")
 
     def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
-        """onnxruntime frees a captured CUDA graph here; onyxrt captures none."""
+        """Free the CUDA graphs captured with ``enable_cuda_graph=1`` and their device
+        memory (all of them: onyxrt keys graphs by input shapes, not annotation ids); the
+        next runs capture again. A no-op without graph replay."""
+        replay = self._plan.graph_replay
+        if replay is not None:
+            replay.release()
 
     def get_providers(self) -> list[str]:
         """Providers in this session, in priority order (CPU last)."""

@@ -188,7 +188,7 @@ _NOTES: dict[str, tuple[str, str]] = {
     "InferenceSession.run_with_iobinding": ("same", "device outputs stay on the device"),
     "InferenceSession.set_ep_dynamic_options": ("differs", "recorded and logged; no onyxrt provider takes dynamic options"),
     "InferenceSession.set_tuning_results": ("same", "accepted; onyxrt has no tunable kernels"),
-    "InferenceSession.release_captured_graph": ("same", "a no-op: no CUDA graph is captured"),
+    "InferenceSession.release_captured_graph": ("same", "frees the CUDA graphs captured with `enable_cuda_graph=1` (all input shapes' graphs); a no-op without them"),
     # -- options --------------------------------------------------------------------------
     "SessionOptions.get_session_config_entry": ("same", "raises `ConfigEntryNotFound`, a RuntimeError as onnxruntime raises"),
     "RunOptions.get_run_config_entry": ("same", "raises `ConfigEntryNotFound`, a RuntimeError"),

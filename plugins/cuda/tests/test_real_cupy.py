@@ -89,3 +89,58 @@ def test_real_gpu_matches_cpu():
         assert "CUDAExecutionProvider" in session.placement.providers_used
         got = session.run(None, {"input": x})[0]
         assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < tolerance, options
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(STATE != "device", reason=f"needs a real NVIDIA GPU (here: {STATE})")
+def test_real_gpu_cuda_graph_replays_match_plain_runs():
+    """enable_cuda_graph=1 on a device: the second run of a shape is captured, later runs
+    replay it (one launch); every run equals the plain session's, also when the inputs
+    change between replays, for two shapes and for outputs kept on the device."""
+    import numpy as np
+
+    import onyxrt as ort
+    from onyxrt.testing.models import bert_encoder, resnet
+
+    cases = [
+        (resnet(depth_blocks=(1, 1), width=8, num_classes=10, image=32), lambda rng, n: {
+            "input": rng.standard_normal((n, 3, 32, 32)).astype(np.float32)}),
+        (bert_encoder(layers=2, hidden=64, heads=4), None),
+    ]
+    for model, make in cases:
+        blob = model.SerializeToString()
+        options = {"use_tf32": "0"}
+        plain = ort.InferenceSession(blob, providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"])
+        graph = ort.InferenceSession(
+            blob, providers=[("CUDAExecutionProvider", {**options, "enable_cuda_graph": "1"}), "CPUExecutionProvider"])
+        replay = graph._plan.graph_replay
+        assert replay is not None
+        rng = np.random.default_rng(0)
+        for n in (1, 2):
+            for _ in range(4):
+                if make is not None:
+                    feeds = make(rng, n)
+                else:
+                    feeds = {}
+                    for arg in plain.get_inputs():
+                        shape = [d if isinstance(d, int) else n for d in arg.shape]
+                        feeds[arg.name] = (rng.integers(0, 2, size=shape) if "int" in arg.type
+                                           else rng.standard_normal(shape)).astype(
+                                               np.int64 if "int" in arg.type else np.float32)
+                want = plain.run(None, feeds)
+                got = graph.run(None, feeds)
+                for w, g in zip(want, got):
+                    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        assert replay.failures == 0 and replay.captures == 2 and replay.replays >= 6
+        # Outputs kept on the device are copies: the next replay does not overwrite them.
+        binding = graph.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for out in graph.get_outputs():
+            binding.bind_output(out.name, "cuda")
+        graph.run_with_iobinding(binding)
+        first = [v.numpy() for v in binding.get_outputs()]
+        kept = binding.get_outputs()
+        graph.run(None, {k: v * 0 + (v if v.dtype.kind == "i" else 1) for k, v in feeds.items()})
+        for value, before in zip(kept, first):
+            np.testing.assert_array_equal(value.numpy(), before)

@@ -108,8 +108,27 @@ class ArenaCupyAllocator:
         # thread) defers its free to the end of that section, as the arena itself does.
         self._owner = 0
         self._deferred: list[tuple[Allocation, int, Any]] = []
+        # While this thread captures a graph: the graph's own arena (see :meth:`private`).
+        self._private = threading.local()
+
+    def private(self, arena: ArenaAllocator | None) -> ArenaAllocator | None:
+        """Carve this thread's allocations from ``arena`` (``None``: the shared arena
+        again); the previous setting is returned. A captured graph's kernels write the
+        memory they were given on every launch, so that memory must never reach anyone
+        else: while capturing, the graph gets an arena of its own, which lives as long as
+        the graph (blocks freed during the capture are reused within it, in stream order)."""
+        previous = getattr(self._private, "arena", None)
+        self._private.arena = arena
+        return previous
 
     def __call__(self, nbytes: int) -> Any:
+        private = getattr(self._private, "arena", None)
+        if private is not None:
+            block = private.allocate(nbytes)
+            owner = _BlockOwner()
+            weakref.finalize(owner, private.free, block)
+            memory = self.cupy.cuda.UnownedMemory(block.buffer.ptr, block.size, owner, self.device_id)
+            return self.cupy.cuda.MemoryPointer(memory, 0)
         stream = self.cupy.cuda.get_current_stream()
         key = int(stream.ptr)
         block: Allocation = self.arena.allocate(nbytes)  # OutOfMemory past gpu_mem_limit

@@ -22,6 +22,7 @@ from onyxrt.options import Option, OptionSchema
 from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
 from .cupy_loader import cupy_module, probe_cupy
+from .graphs import CudaGraphCapture
 from .kernels import registry
 from .memory import ArenaCupyAllocator, CupyDeviceMemory
 from .transfer import CupyTransfer
@@ -46,6 +47,12 @@ GPU_OPTIONS = OptionSchema([
     Option("use_tf32", bool, True,
            "float32 matrix products on TF32 tensor cores (0: full float32 accumulation; "
            "CUDA only, ROCm products are unchanged)"),
+    # onnxruntime's key and default (off). Unlike onnxruntime, plain host feeds and several
+    # input shapes work (one graph per shape signature), and a model that cannot be
+    # captured runs as usual with a warning instead of failing.
+    Option("enable_cuda_graph", bool, False,
+           "record each input shape's run once as a CUDA graph and replay it with one launch "
+           "(CUDA only; see docs/gpu.md, \"CUDA graphs\")"),
     # onnxruntime's cuDNN keys: validated and reported so existing code keeps working;
     # onyxrt's convolutions are im2col + cuBLAS/hipBLAS GEMMs, so they select nothing.
     Option("cudnn_conv_algo_search", str, "EXHAUSTIVE",
@@ -125,6 +132,7 @@ class GPUExecutionProvider(KernelRegistryProvider):
         # Constants upload asynchronously while kernels are created; True once the device
         # has been waited for after the last of them (see on_session_created).
         self._uploads_settled = True
+        self._graph_capture: CudaGraphCapture | None = None
 
     # -- discovery ---------------------------------------------------------------------
     @classmethod
@@ -168,6 +176,15 @@ class GPUExecutionProvider(KernelRegistryProvider):
         creation time then includes them, and nothing reads a half-copied weight)."""
         if not self._uploads_settled:
             self.sync()
+
+    def graph_capture(self) -> CudaGraphCapture | None:
+        """CUDA graph capture when ``enable_cuda_graph`` is on (CuPy's CUDA build only: the
+        HIP build's graph support is not relied on), else ``None``."""
+        if not self.options["enable_cuda_graph"] or self.cupy.cuda.runtime.is_hip:
+            return None
+        if self._graph_capture is None:
+            self._graph_capture = CudaGraphCapture(self)
+        return self._graph_capture
 
     def allocation_scope(self) -> AbstractContextManager[Any]:
         """A context: this device current, the arena as CuPy's allocator."""

@@ -5,9 +5,9 @@ itself: a batched (rank > 2) float16 product is copied to float32, multiplied th
 copied back (no tensor cores, three extra kernels and two float32 copies of the operands),
 and float32 products use TF32 only when the ``CUPY_TF32`` environment variable says so
 (see docs/gpu.md, "float16, TF32 and cuBLAS"). :class:`CublasMatmul` calls cuBLAS's
-``gemmStridedBatchedEx`` itself, through ``cupy.cuda.cublas`` and the thread's handle
-(``cupy.cuda.device.get_cublas_handle``; CuPy's bindings put each call on the current
-stream):
+``gemmStridedBatchedEx`` itself, on the current stream: through the library's C API with
+onyxrt's own handle (:mod:`onyxrt_gpu.cublas_direct`: the call can be captured into a CUDA
+graph, which CuPy's bindings refuse), else through ``cupy.cuda.cublas`` and CuPy's handle:
 
 * float16 operands are read as float16 and accumulated in float32
   (``CUBLAS_COMPUTE_32F``), on tensor cores, with no copies;
@@ -35,6 +35,7 @@ import numpy as np
 
 from onyxrt.kernels import KernelInfo
 
+from ..cublas_direct import direct_cublas
 from ..cupy_loader import cupy_module
 
 __all__ = ["CublasMatmul", "kernel_blas", "MAX_CALLS"]
@@ -187,8 +188,7 @@ class CublasMatmul:
         op_n, op_t = lib.CUBLAS_OP_N, lib.CUBLAS_OP_T
         # Row-major Y = A @ B is column-major Y^T = B^T @ A^T: B goes first. A row-major
         # operand, read column-major, already is its transpose (no transpose flag).
-        lib.gemmStridedBatchedEx(
-            cp.cuda.device.get_cublas_handle(),
+        args = (
             op_n if b_rows else op_t, op_n if a_rows else op_t,
             n, rows, k, _ONE.ctypes.data,
             b_ptr, data, ldb, sb,
@@ -197,6 +197,11 @@ class CublasMatmul:
             y_ptr, data, n, rows * n,
             count, getattr(lib, self.compute_type(dtype)), lib.CUBLAS_GEMM_DEFAULT,
         )
+        direct = direct_cublas(cp)
+        if direct is not None:
+            direct.gemm_strided_batched_ex(*args)
+        else:
+            lib.gemmStridedBatchedEx(cp.cuda.device.get_cublas_handle(), *args)
 
     def _cublas(self) -> Any:
         # Looked up on first use: CuPy loads the cuBLAS library when the attribute is

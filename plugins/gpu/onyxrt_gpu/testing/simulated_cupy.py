@@ -1,7 +1,7 @@
 """A strict simulated CuPy, so the GPU providers are tested on machines without a GPU.
 
 :func:`install` puts simulated modules into ``sys.modules`` under ``cupy``, ``cupy.cuda``,
-``cupy.cuda.runtime``, ``cupy.cuda.memory``, ``cupy.cuda.device``, ``cupy.lib``, ``cupy.lib.stride_tricks``,
+``cupy.cuda.runtime``, ``cupy.cuda.memory``, ``cupy.cuda.device``, ``cupy.cuda.graph``, ``cupy.lib``, ``cupy.lib.stride_tricks``,
 ``cupy.linalg``, ``cupy.fft``, ``cupyx``, ``cupyx.scipy`` and ``cupyx.scipy.special`` (restoring whatever was there on
 exit)::
 
@@ -39,6 +39,15 @@ What it simulates, strictly:
   it (synchronizing the stream or an event after it, ``wait_event``, a device
   synchronization, a host read on that stream, or — for a blocking stream — work on the
   null stream). An unordered read sees stale data, as on a device (see :class:`Stream`).
+* **Graph capture**: ``Stream.begin_capture``/``end_capture``/``is_capturing`` and
+  ``cupy.cuda.graph.Graph.launch``. Work issued on a capturing stream is recorded, not
+  run; a launch runs the recorded work again, reading its inputs' memory as it is then.
+  As on a device, a capturing stream refuses what needs the host: a read back, an upload
+  from host memory, a synchronization, an operation whose result's shape depends on data
+  (``CUDARuntimeError``; the capture is then invalidated and ``end_capture`` raises), and
+  CuPy's own cuBLAS calls (``matmul``, ``dot``, ``einsum``, ``cupy.cuda.cublas``) raise
+  CuPy's ``NotImplementedError``. The cuBLAS library itself, called through its C API with
+  a handle of one's own (:attr:`SimulatedCupy.cublas_library`), captures.
 * **cuBLAS**: ``cupy.cuda.cublas`` (an attribute, as in CuPy) with ``gemmEx`` and
   ``gemmStridedBatchedEx`` computed with numpy on the device buffers (transpose flags,
   leading dimensions, strides, alpha/beta, element and compute types), on the current
@@ -91,6 +100,7 @@ MODULE_NAMES = (
     "cupy.cuda.runtime",
     "cupy.cuda.memory",
     "cupy.cuda.device",
+    "cupy.cuda.graph",
     "cupy.lib",
     "cupy.lib.stride_tricks",
     "cupy.linalg",
@@ -159,12 +169,18 @@ _CUDA_ERRORS = {
     "version",
     100: "cudaErrorNoDevice: no CUDA-capable device is detected",
     101: "cudaErrorInvalidDevice: invalid device ordinal",
+    401: "cudaErrorIllegalState: the operation cannot be performed in the present state",
+    900: "cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing",
+    901: "cudaErrorStreamCaptureInvalidated: operation failed due to a previous error during capture",
 }
 _HIP_ERRORS = {
     2: "hipErrorOutOfMemory: out of memory",
     35: "hipErrorInsufficientDriver: insufficient driver",
     100: "hipErrorNoDevice: no ROCm-capable device is detected",
     101: "hipErrorInvalidDevice: invalid device ordinal",
+    401: "hipErrorIllegalState: the operation cannot be performed in the present state",
+    900: "hipErrorStreamCaptureUnsupported: operation not permitted when stream is capturing",
+    901: "hipErrorStreamCaptureInvalidated: operation failed due to a previous error during capture",
 }
 
 
@@ -246,6 +262,7 @@ class Device:
         """Wait for the device's queued work: every stream's queue runs (counted)."""
         sim = _sim()
         sim._device_state(self._id)
+        sim._refuse_in_capture("synchronize")
         sim._run_all_streams()
         sim._count("synchronizations")
 
@@ -309,6 +326,10 @@ class Stream:
         self._queue: collections.deque[Callable[[], None]] = collections.deque()
         self._issued = 0  # operations queued on this stream so far
         self._executed = 0  # of which have run
+        self._capture: list[Callable[[], None]] | None = None  # recorded while capturing
+        self._invalidated: str | None = None  # why the capture in progress is invalid
+        if _ACTIVE:
+            _sim()._streams[self.ptr] = self
 
     @property
     def done(self) -> bool:
@@ -323,6 +344,8 @@ class Stream:
     def synchronize(self) -> None:
         """Wait for the stream's work: run what is queued (counted)."""
         sim = _sim()
+        if self._capture is not None:
+            self._refuse("synchronize")
         self._run(self._issued)
         sim._count("synchronizations")
 
@@ -344,9 +367,43 @@ class Stream:
         event._complete()
         _sim()._count("stream_waits")
 
+    # -- graph capture ---------------------------------------------------------------------
+    def begin_capture(self, mode: Any = None) -> None:
+        """Start recording the work issued on this stream into a graph (CUDA refuses it
+        on the null stream and on a stream already capturing)."""
+        if not self.ptr:
+            raise CUDARuntimeError(900)
+        if self._capture is not None:
+            raise CUDARuntimeError(401)
+        self._capture = []
+        self._invalidated = None
+
+    def end_capture(self) -> Graph:
+        """Stop recording: the recorded work as a :class:`Graph`. A capture that was
+        invalidated (a refused operation) raises here, as ``cudaStreamEndCapture`` does."""
+        if self._capture is None:
+            raise CUDARuntimeError(401)
+        ops, why = self._capture, self._invalidated
+        self._capture = self._invalidated = None
+        if why is not None:
+            raise CUDARuntimeError(901)
+        return Graph(ops)
+
+    def is_capturing(self) -> bool:
+        """Whether the stream is recording a graph."""
+        return self._capture is not None
+
+    def _refuse(self, what: str) -> None:
+        """An operation a capturing stream cannot record: the capture is invalidated."""
+        self._invalidated = what
+        raise CUDARuntimeError(900)
+
     # -- the simulation's queue (not CuPy API) ----------------------------------------
     def _enqueue(self, op: Callable[[], None]) -> None:
         sim = _sim()
+        if self._capture is not None:
+            self._capture.append(op)
+            return
         with sim._lock:
             self._queue.append(op)
             self._issued += 1
@@ -422,6 +479,34 @@ class Event:
     def _complete(self) -> None:
         if self._stream is not None:
             self._stream._run(self._target)
+
+
+class Graph:
+    """A (simulated) CUDA graph: the work recorded by a stream capture, launched as one
+    host call (counted as one launch) that runs that work again in order."""
+
+    def __init__(self, ops: list[Callable[[], None]]) -> None:
+        self._ops = list(ops)
+
+    def launch(self, stream: Stream | None = None) -> None:
+        """Run the recorded work on ``stream`` (default: the current stream): queued on a
+        non-default stream, at once on the null stream."""
+        sim = _sim()
+        stream = sim._tls.stream if stream is None else stream
+        if stream._capture is not None:
+            stream._refuse("graph launch")
+        sim._count("launches")
+        sim._count("graph_launches")
+        if stream.ptr:
+            for op in self._ops:
+                stream._enqueue(op)
+        else:
+            sim._order_eager()
+            for op in self._ops:
+                op()
+
+    def upload(self, stream: Stream | None = None) -> None:
+        """Prepare the graph on the device ahead of its first launch (nothing to do here)."""
 
 
 def get_elapsed_time(start_event: Event, end_event: Event) -> float:
@@ -1089,6 +1174,8 @@ def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     elif name in _IN_PLACE_OPS or "out" in kwargs:
         sim._require("compiler")
     stream = sim._tls.stream
+    if stream._capture is not None:
+        return _capture_call(sim, stream, func, name, a, k, srcs, kwargs)
     if stream.ptr and name not in _IN_PLACE_OPS and "out" not in kwargs \
             and name not in _DATA_SHAPED_OPS and not (name == "_getitem" and len(srcs) > 1) \
             and not (name == "where" and len(args) == 1):
@@ -1103,6 +1190,34 @@ def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         sim._require("compiler")
     sim._count("launches")
     return _wrap_result(sim, r, srcs)
+
+
+#: What CuPy raises for a cuBLAS call on a capturing stream (its own bindings refuse it).
+_CUBLAS_IN_CAPTURE = "calling cuBLAS API during stream capture is currently unsupported"
+
+
+def _capture_call(
+    sim: SimulatedCupy, stream: Stream, func: Callable[..., Any], name: str, a: list[Any],
+    k: dict[str, Any], srcs: list[ndarray], kwargs: dict[str, Any],
+) -> Any:
+    """``func`` issued on a capturing stream: recorded, never run now."""
+    if name in _BLAS_OPS:
+        raise NotImplementedError(_CUBLAS_IN_CAPTURE)
+    if name in _IN_PLACE_OPS or "out" in kwargs:
+        def run() -> None:
+            with np.errstate(all="ignore"):
+                func(*a, **k)
+
+        stream._enqueue(run)
+        sim._count("launches")
+        out = kwargs.get("out")
+        return out if out is not None else None
+    if name in _DATA_SHAPED_OPS or (name == "where" and len(a) == 1):
+        stream._refuse(f"{name}: a result whose shape depends on data")
+    queued = _queue_call(sim, stream, func, name, a, k, srcs)
+    if queued is None:
+        stream._refuse(f"{name}: not one new array")
+    return queued
 
 
 def _queue_call(
@@ -1980,9 +2095,15 @@ def _gemm_strided(
     api: str, handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int,
     a: int, a_type: int, lda: int, stride_a: int, b: int, b_type: int, ldb: int, stride_b: int,
     beta: int, c: int, c_type: int, ldc: int, stride_c: int, batch: int, compute_type: int,
+    stream: Stream | None = None,
 ) -> None:
+    """One (strided-batched) GEMM on ``stream`` — the current stream through CuPy's
+    bindings (``stream=None``), which refuse a capturing stream as CuPy does; the handle's
+    stream through :class:`CublasLibrary`."""
     sim = _sim()
     sim._require("blas")
+    if stream is None and sim._tls.stream._capture is not None:
+        raise NotImplementedError(_CUBLAS_IN_CAPTURE)
     compute = _COMPUTE_TYPES.get(int(compute_type))
     data = _CUDA_DATA_TYPES.get(int(a_type))
     c_dt = _CUDA_DATA_TYPES.get(int(c_type))
@@ -2017,7 +2138,7 @@ def _gemm_strided(
 
     sim._gemm(GemmCall(api, data, compute, int(batch), int(m), int(n), int(k)))
     sim._count("launches")
-    sim._issue(run)
+    sim._issue(run, stream)
 
 
 def _gemm_ex(
@@ -2046,6 +2167,67 @@ def _gemm_strided_batched_ex(
 
 _gemm_ex.__name__ = _gemm_ex.__qualname__ = "gemmEx"
 _gemm_strided_batched_ex.__name__ = _gemm_strided_batched_ex.__qualname__ = "gemmStridedBatchedEx"
+
+
+class CublasLibrary:
+    """The cuBLAS shared library's C API as ``ctypes`` sees it (what
+    ``onyxrt_gpu.cublas_direct`` loads on a real machine), over the simulated device: a
+    handle of one's own, its stream, and ``cublasGemmStridedBatchedEx`` —
+    which, unlike CuPy's bindings, a capturing stream records. Functions return cuBLAS
+    status codes (0: success). Reach it as :attr:`SimulatedCupy.cublas_library`."""
+
+    def __init__(self, sim: SimulatedCupy) -> None:
+        self._sim = sim
+        self._handles: dict[int, dict[str, int]] = {}
+        self._next = 1
+
+    def cublasCreate_v2(self, handle: Any) -> int:  # noqa: N802 - the C name
+        """Create a handle, written through the pointer ``handle`` (``ctypes.byref``)."""
+        self._sim._require("blas")
+        value = 0x20000 + self._next
+        self._next += 1
+        self._handles[value] = {"stream": 0}
+        handle._obj.value = value
+        return 0
+
+    def cublasDestroy_v2(self, handle: Any) -> int:  # noqa: N802
+        """Destroy a handle."""
+        return 0 if self._handles.pop(_c_int(handle), None) is not None else 1
+
+    def cublasSetStream_v2(self, handle: Any, stream: Any) -> int:  # noqa: N802
+        """Put the handle's later calls on the stream whose pointer is ``stream``."""
+        state = self._handles.get(_c_int(handle))
+        if state is None:
+            return 1  # CUBLAS_STATUS_NOT_INITIALIZED
+        state["stream"] = _c_int(stream)
+        return 0
+
+    def cublasGemmStridedBatchedEx(self, handle: Any, *args: Any) -> int:  # noqa: N802
+        """``cublasGemmStridedBatchedEx`` on the handle's stream (see ``gemmStridedBatchedEx``)."""
+        state = self._handles.get(_c_int(handle))
+        if state is None:
+            return 1
+        values = [_c_int(v) for v in args]
+        stream = self._sim._streams.get(state["stream"]) if state["stream"] else Stream.null
+        if stream is None:
+            return 7  # a stream that no longer exists
+        try:
+            _gemm_strided("gemmStridedBatchedEx", _c_int(handle), *values[:-1], stream=stream)
+        except CUBLASError as exc:
+            return exc.status
+        return 0
+
+    def handle_state(self, handle: int) -> dict[str, int]:
+        """A handle's state: its stream's handle (test-only)."""
+        return dict(self._handles[int(handle)])
+
+
+def _c_int(value: Any) -> int:
+    """A ctypes scalar, pointer or Python int as an int."""
+    if isinstance(value, int):
+        return value
+    inner = getattr(value, "value", None)
+    return int(inner or 0) if inner is not None or hasattr(value, "value") else int(value)
 
 
 # ======================================================================================
@@ -2188,6 +2370,7 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
             "get_allocator": get_allocator,
         },
     )
+    graph = _module("cupy.cuda.graph", "Simulated cupy.cuda.graph.", {"Graph": Graph})
     cuda = _module(
         "cupy.cuda",
         "Simulated cupy.cuda.",
@@ -2195,6 +2378,7 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
             "runtime": runtime,
             "memory": memory,
             "device": device,
+            "graph": graph,
             # Real CuPy loads cuBLAS when this attribute is first read (ImportError where it
             # is missing); here the functions themselves raise that error (no module
             # __getattr__: a misspelt name must stay an AttributeError).
@@ -2260,6 +2444,8 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
         {
             "__version__": _VERSION,
             "__onyxrt_simulated__": True,
+            # What onyxrt_gpu.cublas_direct loads in place of the libcublas shared library.
+            "__onyxrt_cublas_library__": sim.cublas_library,
             "cuda": cuda,
             "lib": lib,
             "linalg": linalg,
@@ -2292,6 +2478,7 @@ def _build_modules(sim: SimulatedCupy) -> dict[str, types.ModuleType]:
         "cupy.cuda.runtime": runtime,
         "cupy.cuda.memory": memory,
         "cupy.cuda.device": device,
+        "cupy.cuda.graph": graph,
         "cupy.cuda.cublas": cublas,
         "cupy.lib": lib,
         "cupy.lib.stride_tricks": stride_tricks,
@@ -2319,6 +2506,7 @@ SIMULATED_CLASSES = (
     ("cupy.cuda", "PinnedMemoryPointer"),
     ("cupy.cuda", "PinnedMemoryPool"),
     ("cupy.cuda.memory", "PooledMemory"),
+    ("cupy.cuda.graph", "Graph"),
 )
 
 
@@ -2338,7 +2526,7 @@ class _ThreadState(threading.local):
 _COUNTERS = (
     "h2d", "h2d_bytes", "d2h", "d2h_bytes", "d2d", "d2d_bytes", "allocations",
     "allocated_bytes", "frees", "allocator_calls", "launches", "synchronizations",
-    "stream_waits", "pinned_allocations", "matmul_upcasts",
+    "stream_waits", "pinned_allocations", "matmul_upcasts", "graph_launches",
 )  # fmt: skip
 
 
@@ -2359,6 +2547,7 @@ class SimulatedCupy:
     * ``launches``: device operations (each cupy math call, a fused function counts once);
     * ``synchronizations``: stream/device/event synchronizations;
     * ``stream_waits``: ``Stream.wait_event`` calls (one stream ordered after another's work);
+    * ``graph_launches``: ``Graph.launch`` calls (each also counts as one launch);
     * ``matmul_upcasts``: ``cupy.matmul`` calls that, as CuPy 14 does for batched float16
       operands, copied both operands to float32 and the result back to float16;
     * ``gemm_calls``: a list of :class:`GemmCall`, one per GEMM, with its element and
@@ -2406,6 +2595,11 @@ class SimulatedCupy:
         self._events: list[str] | None = None
         #: Streams with queued work (see :class:`Stream`).
         self._pending_streams: set[Stream] = set()
+        #: Streams by handle (``Stream.ptr``), for the cuBLAS library's ``cublasSetStream``.
+        self._streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
+        #: The cuBLAS shared library's C API over this simulation (what a real machine's
+        #: ``libcublas`` gives ``ctypes``): see :class:`CublasLibrary`.
+        self.cublas_library = CublasLibrary(self)
         #: Every GEMM the device ran, in order (``cupy.matmul`` and the cuBLAS functions):
         #: what it read and how it accumulated. Cleared by :meth:`reset_counters`.
         self.gemm_calls: list[GemmCall] = []
@@ -2530,6 +2724,9 @@ class SimulatedCupy:
         it has queued (work on one stream stays in order); the null stream first waits for
         the blocking streams, as CUDA's legacy default stream does."""
         stream = self._tls.stream
+        if stream._capture is not None:
+            # Something that runs now or reads on the host: a capture cannot record it.
+            stream._refuse("an operation that runs at once or reads on the host")
         if stream.ptr:
             if stream._queue:
                 stream._run(stream._issued)
@@ -2540,16 +2737,21 @@ class SimulatedCupy:
                 if not other._non_blocking:
                     other._run(other._issued)
 
+    def _refuse_in_capture(self, what: str) -> None:
+        stream = self._tls.stream
+        if stream._capture is not None:
+            stream._refuse(what)
+
     def _run_all_streams(self) -> None:
         with self._lock:
             pending = list(self._pending_streams)
         for stream in pending:
             stream._run(stream._issued)
 
-    def _issue(self, op: Callable[[], None]) -> None:
-        """Run a device operation's effect in stream order: now on the null stream, queued
-        on any other."""
-        stream = self._tls.stream
+    def _issue(self, op: Callable[[], None], stream: Stream | None = None) -> None:
+        """Run a device operation's effect in stream order (default: the current stream):
+        now on the null stream, queued on any other."""
+        stream = self._tls.stream if stream is None else stream
         if stream.ptr:
             stream._enqueue(op)
         else:
@@ -2650,6 +2852,7 @@ class SimulatedCupy:
 
     def _device_synchronize(self) -> None:
         self._current_device_state()
+        self._refuse_in_capture("synchronize")
         self._run_all_streams()
         self._count("synchronizations")
 

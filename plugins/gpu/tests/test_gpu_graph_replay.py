@@ -1,0 +1,226 @@
+"""CUDA graphs (issue 25, item 6): the simulation's capture semantics, cuBLAS through its C
+API inside a capture, and sessions with ``enable_cuda_graph=1`` — one launch per replayed
+run, results equal to plain runs, and a plain run with a warning where a model cannot be
+captured."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onyxrt as ort
+from onyxrt.testing.models import bert_encoder, resnet
+from onyxrt_gpu.cublas_direct import direct_cublas
+
+CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+GRAPH = {"enable_cuda_graph": "1"}
+
+
+# -- the simulated CuPy's capture ------------------------------------------------------
+
+
+def test_capture_records_and_a_launch_reads_the_inputs_as_they_are_then(sim_cupy):
+    cp = sim_cupy.cupy
+    x = cp.asarray(np.arange(6, dtype=np.float32))
+    out = cp.zeros(6, np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        assert stream.is_capturing()
+        cp.copyto(out, cp.exp(x) * 2)
+        graph = stream.end_capture()
+    assert not stream.is_capturing()
+    np.testing.assert_array_equal(out.get(), 0)  # recorded, not run
+    x.set(np.full(6, 0.5, np.float32))
+    sim_cupy.reset_counters()
+    graph.launch(stream)
+    stream.synchronize()
+    assert (sim_cupy.launches, sim_cupy.graph_launches) == (1, 1)
+    np.testing.assert_allclose(out.get(), np.exp(np.float32(0.5)) * 2, rtol=1e-6)
+    x.set(np.zeros(6, np.float32))
+    graph.launch(stream)
+    # A non-blocking stream is not ordered with the default one: unsynchronized, a read
+    # sees the last launch's result, as on a device.
+    np.testing.assert_allclose(out.get(), np.exp(np.float32(0.5)) * 2, rtol=1e-6)
+    stream.synchronize()
+    np.testing.assert_allclose(out.get(), 2.0)
+
+
+def test_capture_refuses_host_work_and_is_invalidated(sim_cupy):
+    cp = sim_cupy.cupy
+    runtime_error = cp.cuda.runtime.CUDARuntimeError
+    x = cp.asarray(np.ones(4, np.float32))
+    with pytest.raises(runtime_error, match="StreamCaptureUnsupported"):
+        cp.cuda.Stream.null.begin_capture()
+    stream = cp.cuda.Stream(non_blocking=True)
+    refusals = [
+        lambda: cp.exp(x).get(),  # a read back
+        lambda: cp.asarray(np.ones(3, np.float32)),  # an upload from pageable host memory
+        lambda: stream.synchronize(),
+        lambda: cp.nonzero(x),  # a result whose shape depends on the data
+    ]
+    for refused in refusals:
+        with stream:
+            stream.begin_capture()
+            with pytest.raises(runtime_error, match="StreamCaptureUnsupported"):
+                refused()
+            with pytest.raises(runtime_error, match="StreamCaptureInvalidated"):
+                stream.end_capture()
+    with stream:  # the stream captures again after a failed capture
+        stream.begin_capture()
+        y = x + 1
+        graph = stream.end_capture()
+    graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(y.get(), 2)
+
+
+def test_cupy_cublas_is_refused_in_a_capture_but_the_c_api_captures(sim_cupy):
+    cp = sim_cupy.cupy
+    a = cp.asarray(np.ones((2, 3), np.float32))
+    b = cp.asarray(np.ones((3, 4), np.float32))
+    c = cp.zeros((2, 4), np.float32)
+    blas = direct_cublas(cp)
+    assert blas is not None
+    stream = cp.cuda.Stream(non_blocking=True)
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    with stream:
+        stream.begin_capture()
+        with pytest.raises(NotImplementedError, match="cuBLAS API during stream capture"):
+            cp.matmul(a, b)
+        # Row-major C = A @ B as column-major C^T = B^T @ A^T.
+        blas.gemm_strided_batched_ex(0, 0, 4, 2, 3, one.ctypes.data, b.data.ptr, 0, 4, 0,
+                                     a.data.ptr, 0, 3, 0, zero.ctypes.data, c.data.ptr, 0, 4, 0,
+                                     1, 68, -1)
+        graph = stream.end_capture()
+    np.testing.assert_array_equal(c.get(), 0)
+    a.set(np.full((2, 3), 2, np.float32))
+    graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(c.get(), 6)
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+def _feeds(session, rng, n):
+    feeds = {}
+    for arg in session.get_inputs():
+        shape = [d if isinstance(d, int) else n for d in arg.shape]
+        if "int" in arg.type:
+            feeds[arg.name] = rng.integers(0, 2, size=shape).astype(np.int64)
+        else:
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("build", [
+    pytest.param(lambda: resnet(depth_blocks=(1, 1), width=8, num_classes=10, image=32), id="cnn"),
+    pytest.param(lambda: bert_encoder(layers=2, hidden=64, heads=4, intermediate=128, seq=16, vocab=100),
+                 id="bert"),
+])
+def test_replays_equal_plain_runs_with_one_launch_each(cuda_sim, build):
+    blob = build().SerializeToString()
+    plain = ort.InferenceSession(blob, providers=[CUDA, CPU])
+    graph = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    replay = graph._plan.graph_replay
+    assert replay is not None
+    rng = np.random.default_rng(0)
+    for n in (1, 3):  # two input signatures: one graph each
+        for i in range(4):
+            feeds = _feeds(plain, rng, n)
+            want = plain.run(None, feeds)
+            cuda_sim.reset_counters()
+            got = graph.run(None, feeds)
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(g, w)
+            if i >= 2:  # run 1 plain, run 2 captured, then replays
+                assert cuda_sim.launches == 1 and cuda_sim.graph_launches == 1
+                assert cuda_sim.allocator_calls == 0 and cuda_sim.gemm_calls == []
+    assert (replay.captures, replay.failures, replay.replays) == (2, 0, 6)
+    graph.release_captured_graph()  # onnxruntime's call: the graphs go, runs capture anew
+    for _ in range(3):
+        feeds = _feeds(plain, rng, 1)
+        np.testing.assert_array_equal(graph.run(None, feeds)[0], plain.run(None, feeds)[0])
+    assert (replay.captures, replay.replays) == (3, 8)
+
+
+def test_outputs_kept_on_the_device_are_copies_the_next_replay_leaves_alone(cuda_sim):
+    blob = resnet(depth_blocks=(1,), width=8, num_classes=10, image=16).SerializeToString()
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    for _ in range(2):
+        session.run(None, {"input": x})
+    binding = session.io_binding()
+    binding.bind_cpu_input("input", x)
+    binding.bind_output(session.get_outputs()[0].name, "cuda")
+    session.run_with_iobinding(binding)
+    kept = binding.get_outputs()[0]
+    before = kept.numpy()
+    other = session.run(None, {"input": x * 3})[0]
+    assert session._plan.graph_replay.replays == 3
+    np.testing.assert_array_equal(kept.numpy(), before)
+    assert not np.array_equal(other, before)
+
+
+def test_a_capture_that_fails_warns_once_and_that_signature_runs_plainly(cuda_sim, caplog):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    assert session.placement.nodes_by_provider() == {CUDA: ["Relu_0", "NonZero_1"]}
+    rng = np.random.default_rng(2)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(4):
+            x = rng.standard_normal((4, 3)).astype(np.float32)
+            np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.array(np.nonzero(np.maximum(x, 0))))
+    replay = session._plan.graph_replay
+    assert (replay.captures, replay.failures, replay.replays) == (0, 1, 0)
+    said = [r.getMessage() for r in caplog.records if "without graph replay" in r.getMessage()]
+    assert len(said) == 1 and "NonZero_1" in said[0] and "StreamCaptureUnsupported" in said[0]
+
+
+def test_a_model_that_reads_back_every_run_is_not_captured_and_says_why(cuda_sim, caplog):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["s"]),
+         helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT), helper.make_node("Add", ["r", "y"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with caplog.at_level(logging.WARNING):
+        session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    x = np.ones((3, 2), np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], x + np.array([3, 2], np.float32))
+    # Shape runs on the CPU and reads the device value r there: a copy back on every run.
+    assert session._plan.graph_replay is None
+    said = [r.getMessage() for r in caplog.records if "runs without it" in r.getMessage()]
+    assert len(said) == 1 and "Memcpy_r_cuda:0_to_cpu" in said[0] and "back to the host" in said[0]
+
+
+def test_off_by_default_and_not_on_rocm(cuda_sim):
+    blob = resnet(depth_blocks=(1,), width=8, num_classes=10, image=16).SerializeToString()
+    assert ort.InferenceSession(blob, providers=[CUDA, CPU])._plan.graph_replay is None
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    assert session.get_provider_options()[CUDA]["enable_cuda_graph"] == "1"
+
+
+def test_threads_sharing_a_session_get_their_own_results(cuda_sim):
+    from concurrent.futures import ThreadPoolExecutor
+
+    blob = resnet(depth_blocks=(1,), width=8, num_classes=10, image=16).SerializeToString()
+    plain = ort.InferenceSession(blob, providers=[CUDA, CPU])
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    inputs = [np.random.default_rng(i).standard_normal((1, 3, 16, 16)).astype(np.float32) for i in range(24)]
+    want = [plain.run(None, {"input": x})[0] for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: session.run(None, {"input": x})[0], inputs))
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    assert session._plan.graph_replay.failures == 0
