@@ -2603,6 +2603,9 @@ class SimulatedCupy:
         #: Every GEMM the device ran, in order (``cupy.matmul`` and the cuBLAS functions):
         #: what it read and how it accumulated. Cleared by :meth:`reset_counters`.
         self.gemm_calls: list[GemmCall] = []
+        #: Whether GEMMs are logged in ``gemm_calls`` (a long run may turn the log off: it
+        #: grows by one entry per GEMM until ``reset_counters``).
+        self.record_gemms = True
         self.reset_counters()
         self.modules = _build_modules(self)
         self._saved: dict[str, types.ModuleType | None] | None = None
@@ -2759,6 +2762,8 @@ class SimulatedCupy:
             op()
 
     def _gemm(self, call: GemmCall) -> None:
+        if not self.record_gemms:
+            return
         with self._lock:
             self.gemm_calls.append(call)
 
