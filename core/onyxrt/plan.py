@@ -38,7 +38,7 @@ from .errors import (
 )
 from .float_errors import ignore_float_errors, restore_float_errors
 from .graph import Graph, Node
-from .graph_replay import GraphReplay
+from .graph_replay import SHAPE_ONLY_OPS, GraphReplay
 from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
 from .limits import current_limits, memory_error
 from .parallel import StepGraph, run_parallel
@@ -566,8 +566,12 @@ class _PlanBuilder:
                 assert node is not None
                 kernel = self._create_kernel(node, provider)
                 on_host = provider.host_input_indices(node, self.graph) if not provider.device.is_host else frozenset()
+                # A host Shape/Size reads only its input's shape: it takes the value where
+                # it lives (a device array has .shape) instead of copying it to the host.
+                shape_only = provider.device.is_host and node.op_type in SHAPE_ONLY_OPS and node.domain in ("", "ai.onnx")
                 ins = tuple(
-                    (self._slot_for(n, host_owner if i in on_host else pi) if n else _NONE_SLOT)
+                    (self._slot_anywhere(n) if shape_only
+                     else self._slot_for(n, host_owner if i in on_host else pi)) if n else _NONE_SLOT
                     for i, n in enumerate([*node.inputs, *node.implicit_inputs])
                 )
                 outs = tuple(self._output_slot(n, pi) if n else self._scratch_slot() for n in node.outputs)
@@ -595,6 +599,16 @@ class _PlanBuilder:
         space = self.space_of[pi]
         self.home[name] = (space, pi)
         return self._new_slot(name, space)
+
+    def _slot_anywhere(self, name: str) -> int:
+        """A slot holding ``name`` in whichever memory space: the host's if it is there,
+        else where it was produced (for kernels that read only metadata)."""
+        avail = self.where.get(name)
+        if avail is None:
+            raise InvalidGraph(f"value {name!r} is used before it is produced")
+        if HOST_MEMORY in avail:
+            return avail[HOST_MEMORY]
+        return avail[self.home[name][0]]
 
     def _slot_for(self, name: str, pi: int) -> int:
         """The slot holding ``name`` in provider ``pi``'s memory, adding a copy if needed."""

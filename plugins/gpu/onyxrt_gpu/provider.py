@@ -227,15 +227,19 @@ class GPUExecutionProvider(KernelRegistryProvider):
 
 
 def _is_shape_arithmetic(graph: Graph, node: Node) -> bool:
-    """A node whose inputs and outputs are all small int64 tensors (shape vectors)."""
+    """A node whose inputs and outputs are all small int64 tensors (shape vectors) or small
+    bool tensors beside them (``Equal``/``Where`` choosing between dims, as torch exports
+    compute an ``Expand``'s shape), with at least one int64."""
     names = [n for n in (*node.inputs, *node.outputs) if n]
     if not names:
         return False
+    int64 = False
     for name in names:
         vt = graph.value_type(name)
-        if vt is None or vt.elem_type != 7:  # TensorProto.INT64
+        if vt is None or vt.elem_type not in (7, 9):  # TensorProto.INT64, BOOL
             return False
+        int64 = int64 or vt.elem_type == 7
         size = vt.static_size
         if size is None or size > _SMALL_INT:
             return False
-    return True
+    return int64

@@ -78,6 +78,23 @@ def test_capture_refuses_host_work_and_is_invalidated(sim_cupy):
     np.testing.assert_array_equal(y.get(), 2)
 
 
+def test_a_capture_does_not_read_indices_it_has_not_written_yet(sim_cupy):
+    # At capture time the indices' memory holds anything (here: out of range); only the
+    # launch reads them, as on a device.
+    cp = sim_cupy.cupy
+    data = cp.asarray(np.arange(12, dtype=np.float32).reshape(1, 12))
+    idx = cp.asarray(np.full((1, 5), 10**6, np.int64))
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        out = cp.take_along_axis(data, idx, axis=1)
+        graph = stream.end_capture()
+    idx.set(np.array([[11, 0, 3, 3, 7]], np.int64))
+    graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.get(), [[11, 0, 3, 3, 7]])
+
+
 def test_cupy_cublas_is_refused_in_a_capture_but_the_c_api_captures(sim_cupy):
     cp = sim_cupy.cupy
     a = cp.asarray(np.ones((2, 3), np.float32))
@@ -186,22 +203,46 @@ def test_a_capture_that_fails_warns_once_and_that_signature_runs_plainly(cuda_si
     assert len(said) == 1 and "NonZero_1" in said[0] and "StreamCaptureUnsupported" in said[0]
 
 
-def test_a_model_that_reads_back_every_run_is_not_captured_and_says_why(cuda_sim, caplog):
+def test_shape_of_a_device_value_is_read_where_it_lives_and_captured(cuda_sim):
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["s"]),
+         helper.make_node("Size", ["r"], ["n"]),
          helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT), helper.make_node("Add", ["r", "y"], ["z"])],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("n", TensorProto.INT64, None)])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    # Shape and Size run on the CPU and read r's shape on the device: no copy of r.
+    assert [c.value for c in session.placement.copies if c.per_run and c.dst == "cpu"] == ["z"]
+    for rows in (3, 3, 3, 5, 5, 5):
+        x = np.full((rows, 2), -1.0 if rows == 5 else 1.0, np.float32)
+        z, n = session.run(None, {"x": x})
+        np.testing.assert_array_equal(z, np.maximum(x, 0) + np.array([rows, 2], np.float32))
+        assert n == rows * 2
+    replay = session._plan.graph_replay
+    assert (replay.captures, replay.replays, replay.failures) == (2, 4, 0)
+
+
+def test_a_model_that_reads_back_every_run_is_not_captured_and_says_why(cuda_sim, caplog):
+    # TfIdfVectorizer runs on the CPU only, on the data of a value the GPU computed.
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["d"]),
+         helper.make_node("TfIdfVectorizer", ["d"], ["y"], mode="TF", min_gram_length=1, max_gram_length=1,
+                          max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_int64s=[2, 4])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [4, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     with caplog.at_level(logging.WARNING):
         session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
-    x = np.ones((3, 2), np.float32)
+    assert session.placement.nodes_by_provider() == {CUDA: ["Add_0"], CPU: ["TfIdfVectorizer_1"]}
+    x = np.arange(128, dtype=np.int64).reshape(4, 32) % 3
+    want = ort.InferenceSession(blob, providers=[CPU]).run(None, {"x": x})[0]
     for _ in range(3):
-        np.testing.assert_array_equal(session.run(None, {"x": x})[0], x + np.array([3, 2], np.float32))
-    # Shape runs on the CPU and reads the device value r there: a copy back on every run.
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
     assert session._plan.graph_replay is None
     said = [r.getMessage() for r in caplog.records if "runs without it" in r.getMessage()]
-    assert len(said) == 1 and "Memcpy_r_cuda:0_to_cpu" in said[0] and "back to the host" in said[0]
+    assert len(said) == 1 and "Memcpy_d_cuda:0_to_cpu" in said[0] and "back to the host" in said[0]
 
 
 def test_off_by_default_and_not_on_rocm(cuda_sim):
@@ -224,3 +265,28 @@ def test_threads_sharing_a_session_get_their_own_results(cuda_sim):
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, w)
     assert session._plan.graph_replay.failures == 0
+
+
+def test_torch_style_shape_arithmetic_stays_on_the_cpu_and_the_model_is_captured(cuda_sim):
+    """torch exports compute an Expand's shape with Equal/Where over Shape's result (bool
+    beside int64 shape vectors): that stays on the CPU, and nothing is copied back."""
+    one = helper.make_tensor("minus_one", TensorProto.INT64, [2], [-1, -1])
+    ones = helper.make_tensor("ones", TensorProto.INT64, [2], [1, 1])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["s"]),
+         helper.make_node("Equal", ["s", "minus_one"], ["eq"]),
+         helper.make_node("Where", ["eq", "ones", "s"], ["w"]),
+         helper.make_node("Expand", ["b", "w"], ["e"]), helper.make_node("Add", ["r", "e"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+              helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [one, ones])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    placed = session.placement.nodes_by_provider()
+    assert sorted(placed[CPU]) == ["Equal_2", "Shape_1", "Where_3"]
+    assert [c.value for c in session.placement.copies if c.per_run and c.dst == "cpu"] == ["z"]
+    b = np.arange(4, dtype=np.float32).reshape(1, 4)
+    for rows in (2, 2, 2, 7):
+        x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        np.testing.assert_array_equal(session.run(None, {"x": x, "b": b})[0], np.maximum(x, 0) + b)
+    assert session._plan.graph_replay.replays == 2  # the captured run and one replay

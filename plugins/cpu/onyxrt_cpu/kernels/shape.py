@@ -4,7 +4,8 @@ The shape family comes from the operator library (:mod:`onyxrt_ops.shape`, bound
 numpy in ``kernels/__init__``), with two things kept here:
 
 * Shape and Size, which the library leaves to the providers: they describe an input's
-  shape as an int64 tensor in host memory rather than compute on its data;
+  shape as an int64 tensor in host memory rather than compute on its data (and take a
+  device value as it is: the plan does not copy their input to the host);
 * Reshape, Flatten, Squeeze, Unsqueeze, Transpose, DepthToSpace, SpaceToDepth and Compress
   as the library's kernels with numpy's ``ndarray.reshape``/``ndarray.transpose`` methods
   for the library's ``view``/``permuted`` instead of the standard's ``reshape`` and
@@ -24,6 +25,7 @@ before) 213 → 215, edge 440 → 220, constant 176 → 145, ReverseSequence 452
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -51,12 +53,13 @@ class Shape(Kernel):
             self.start, self.end = 0, None
 
     def compute(self, x):
-        r = np.ndim(x)
+        shape = _shape_of(x)
+        r = len(shape)
         start = self.start + r if self.start < 0 else self.start
         end = r if self.end is None else (self.end + r if self.end < 0 else self.end)
         start = min(max(start, 0), r)
         end = min(max(end, 0), r)
-        return (np.array(np.shape(x)[start:end], dtype=np.int64),)
+        return (np.array(shape[start:end], dtype=np.int64),)
 
 
 @registry.register("Size", since=(1, 13, 19, 21, 23, 24, 25))
@@ -64,7 +67,14 @@ class Size(Kernel):
     """The number of elements of the input, as an int64 scalar."""
 
     def compute(self, x):
-        return (np.array(np.size(x), dtype=np.int64),)
+        return (np.array(math.prod(_shape_of(x)), dtype=np.int64),)
+
+
+def _shape_of(x: Any) -> tuple[int, ...]:
+    """``x``'s shape from its ``shape`` attribute: the plan hands these kernels a value
+    where it lives, a GPU or NPU array included (no copy to the host for its shape)."""
+    shape = getattr(x, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(x)
 
 
 class _MethodViews:

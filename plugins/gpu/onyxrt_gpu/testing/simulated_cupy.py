@@ -1216,19 +1216,26 @@ def _capture_call(
         stream._refuse(f"{name}: a result whose shape depends on data")
     queued = _queue_call(sim, stream, func, name, a, k, srcs)
     if queued is None:
+        # The inputs' memory holds what the recorded work has not written yet (stale
+        # indices may be out of range): learn the result's form from zeros instead.
+        zeroed = [np.zeros_like(v) if isinstance(v, np.ndarray) else v for v in a]
+        queued = _queue_call(sim, stream, func, name, a, k, srcs, probe_args=zeroed)
+    if queued is None:
         stream._refuse(f"{name}: not one new array")
     return queued
 
 
 def _queue_call(
     sim: SimulatedCupy, stream: Stream, func: Callable[..., Any], name: str, a: list[Any],
-    k: dict[str, Any], srcs: list[ndarray],
+    k: dict[str, Any], srcs: list[ndarray], probe_args: list[Any] | None = None,
 ) -> Any:
     """Queue ``func`` on ``stream`` when it makes one new array; ``None``: run it in order
-    now instead (its result is not one new array, or it fails on data not yet written)."""
+    now instead (its result is not one new array, or it fails on data not yet written).
+    ``probe_args`` stand in for the inputs while learning the result's form."""
     try:
         with np.errstate(all="ignore"):
-            probe = func(*a, **k)  # on the current contents: only to learn the result's form
+            # on the current contents: only to learn the result's form
+            probe = func(*(a if probe_args is None else probe_args), **k)
     except Exception:
         return None
     if isinstance(probe, np.generic):
