@@ -42,6 +42,10 @@ class Gather(library.kernel("Gather", 13, BACKEND)):
         return cp.take(data, idx, axis=axis)
 
 
+#: GatherElements' index types (the standard's: int32, int64).
+_INDICES = frozenset(t for t in INTS if t.itemsize >= 4 and t.kind == "i")
+
+
 def _wrapped_on_device(xp: Any, i64: Any, indices: Any, dim: int) -> Any:
     """int64 ``indices`` with negatives counted back from ``dim``, on the device (no check)."""
     idx = xp.asarray(indices)
@@ -50,7 +54,7 @@ def _wrapped_on_device(xp: Any, i64: Any, indices: Any, dim: int) -> Any:
     return xp.where(idx < 0, idx + dim, idx)
 
 
-@registry.register("GatherElements", since=(11, 13), types={"T": TENSORS, "Tind": INTS})
+@registry.register("GatherElements", since=(11, 13), types={"T": TENSORS, "Tind": _INDICES})
 class GatherElements(library.kernel("GatherElements", 13, BACKEND)):
     """The library's GatherElements without the host-side index check."""
 
