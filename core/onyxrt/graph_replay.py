@@ -255,8 +255,12 @@ class GraphReplay:
     ) -> None:
         with self.capture.scope():
             for name, buffer in entry.feeds.items():
-                value = device_feeds[name][0] if name in device_feeds else feeds[name]
-                self.capture.upload_into(value, buffer)
+                if name in device_feeds:
+                    self.capture.upload_into(device_feeds[name][0], buffer)
+                elif name in feeds:
+                    self.capture.upload_into(feeds[name], buffer)
+                # else: an input with a default (an initializer) that this signature does not
+                # feed: its buffer holds the default since the capture.
 
     def _launch(self, entry: _Entry, vals: list[Any], keep_on_device: Mapping[str, bool] | None) -> None:
         plan = self.plan

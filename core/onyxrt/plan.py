@@ -153,6 +153,7 @@ class ExecutionPlan:
             quiet = ignore_float_errors()
             try:
                 if self.graph_replay is not None and pool is None and profile is None and \
+                        not (run_options is not None and run_options.terminate) and \
                         self.graph_replay.run(vals, feeds, device_feeds or {}, keep_on_device):
                     pass  # the outputs' slots hold the replay's results
                 elif pool is not None and profile is None:

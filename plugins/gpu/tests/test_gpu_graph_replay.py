@@ -290,3 +290,37 @@ def test_torch_style_shape_arithmetic_stays_on_the_cpu_and_the_model_is_captured
         x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
         np.testing.assert_array_equal(session.run(None, {"x": x, "b": b})[0], np.maximum(x, 0) + b)
     assert session._plan.graph_replay.replays == 2  # the captured run and one replay
+
+
+def test_an_input_with_a_default_may_be_fed_or_not(cuda_sim):
+    from onnx import numpy_helper
+
+    scale = np.full((1, 4), 2.0, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "scale"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(scale, "scale")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    other = np.full((1, 4), 3.0, np.float32)
+    for _ in range(3):  # plain, captured, replayed: the default scale
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], x * 2)
+    for _ in range(3):  # another signature: scale fed
+        np.testing.assert_array_equal(session.run(None, {"x": x, "scale": other})[0], x * 3)
+    np.testing.assert_array_equal(session.run(None, {"x": x + 1})[0], (x + 1) * 2)
+    assert session._plan.graph_replay.replays == 5
+
+
+def test_a_terminated_run_is_refused_as_without_graphs(cuda_sim):
+    blob = resnet(depth_blocks=(1,), width=8, num_classes=10, image=16).SerializeToString()
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    for _ in range(3):
+        session.run(None, {"input": x})
+    options = ort.RunOptions()
+    options.terminate = True
+    with pytest.raises(ort.errors.RunTerminated):
+        session.run(None, {"input": x}, options)
