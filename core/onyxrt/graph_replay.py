@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .plan import ExecutionPlan
     from .protocol import ExecutionProvider
 
-__all__ = ["GraphCapture", "GraphReplay", "plan_graph_replay", "SHAPE_ONLY_OPS", "MAX_SIGNATURES"]
+__all__ = ["GraphCapture", "GraphReplay", "plan_graph_replay", "replay_allowed", "SHAPE_ONLY_OPS", "MAX_SIGNATURES"]
 
 _T = TypeVar("_T")
 
@@ -187,8 +187,9 @@ class GraphReplay:
             if shape is None or dtype is None:
                 return None  # sequences, maps, strings: plain runs
             parts.append((name, tuple(shape), str(dtype), False))
+        space = self.provider.device.memory_space
         for name, (value, holder) in device_feeds.items():
-            if holder is not self.provider:
+            if holder.device.memory_space != space:  # another device's memory: plain runs
                 return None
             shape, dtype = holder.describe(value)
             parts.append((name, shape, str(dtype), True))
@@ -204,6 +205,8 @@ class GraphReplay:
         vals = list(plan.template)
         for name, value in feeds.items():
             vals[plan.input_slots[name]] = value
+        for name, (value, _) in device_feeds.items():
+            vals[plan.input_slots[name]] = value  # only Shape/Size read it there (see _qualify)
         keep = {slot for slot, _ in plan.output_slots.values()}
         capture = self.capture
         step = None
@@ -222,7 +225,8 @@ class GraphReplay:
                         continue
                     args = [vals[j] for j in step.ins]
                     if index in self.staged:
-                        results = capture.stage(lambda: step.fn(*args))  # noqa: B023 - called at once
+                        fn = step.fn
+                        results = capture.stage(lambda: fn(*args))  # noqa: B023 - called at once
                         entry.keep.append(results)
                     else:
                         results = step.fn(*args)
@@ -231,6 +235,7 @@ class GraphReplay:
                     for j in step.release:
                         if j not in keep:
                             vals[j] = None
+                step = None  # a failure from here on is the capture's, not a node's
                 entry.graph = capture.end()
             except BaseException as exc:
                 capture.abort()
@@ -276,6 +281,20 @@ class GraphReplay:
                     # The graph writes this buffer again on the next launch: hand out a copy.
                     value = capture.copy(value)
                 vals[slot] = value
+
+
+def replay_allowed(run_options: Any) -> bool:
+    """Whether a run with ``run_options`` may be replayed: not when it is to terminate, nor
+    with onnxruntime's run config entry ``gpu_graph_id`` = ``-1`` ("no CUDA graph for this
+    run"; other ids name graphs in onnxruntime, whereas onyxrt keys them by input shapes)."""
+    if run_options is None:
+        return True
+    if run_options.terminate:
+        return False
+    try:
+        return str(run_options.get_run_config_entry("gpu_graph_id")).strip() != "-1"
+    except Exception:  # never set (onnxruntime's getter raises too)
+        return True
 
 
 def plan_graph_replay(plan: ExecutionPlan, warn: Callable[[str], None]) -> GraphReplay | None:

@@ -38,7 +38,7 @@ from .errors import (
 )
 from .float_errors import ignore_float_errors, restore_float_errors
 from .graph import Graph, Node
-from .graph_replay import SHAPE_ONLY_OPS, GraphReplay
+from .graph_replay import SHAPE_ONLY_OPS, GraphReplay, replay_allowed
 from .kernels import Kernel, KernelInfo, SubgraphRunner, schema_since_version
 from .limits import current_limits, memory_error
 from .parallel import StepGraph, run_parallel
@@ -153,7 +153,7 @@ class ExecutionPlan:
             quiet = ignore_float_errors()
             try:
                 if self.graph_replay is not None and pool is None and profile is None and \
-                        not (run_options is not None and run_options.terminate) and \
+                        replay_allowed(run_options) and \
                         self.graph_replay.run(vals, feeds, device_feeds or {}, keep_on_device):
                     pass  # the outputs' slots hold the replay's results
                 elif pool is not None and profile is None:

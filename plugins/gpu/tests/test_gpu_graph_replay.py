@@ -324,3 +324,30 @@ def test_a_terminated_run_is_refused_as_without_graphs(cuda_sim):
     options.terminate = True
     with pytest.raises(ort.errors.RunTerminated):
         session.run(None, {"input": x}, options)
+    # onnxruntime's "no CUDA graph for this run"
+    plain = ort.RunOptions()
+    plain.add_run_config_entry("gpu_graph_id", "-1")
+    replays = session._plan.graph_replay.replays
+    session.run(None, {"input": x}, plain)
+    assert session._plan.graph_replay.replays == replays
+    session.run(None, {"input": x})
+    assert session._plan.graph_replay.replays == replays + 1
+
+
+def test_device_inputs_bound_with_iobinding_are_read_on_every_replay(cuda_sim):
+    blob = resnet(depth_blocks=(1,), width=8, num_classes=10, image=16).SerializeToString()
+    plain = ort.InferenceSession(blob, providers=[CUDA, CPU])
+    session = ort.InferenceSession(blob, providers=[(CUDA, GRAPH), CPU])
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    value = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("input", value)
+    binding.bind_output(session.get_outputs()[0].name, "cpu")
+    for _ in range(4):
+        x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+        value.update_inplace(x)  # new data in the same device buffer
+        session.run_with_iobinding(binding)
+        np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], plain.run(None, {"input": x})[0])
+    replay = session._plan.graph_replay
+    assert (replay.captures, replay.replays, replay.failures) == (1, 3, 0)
