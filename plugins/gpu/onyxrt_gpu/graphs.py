@@ -51,12 +51,7 @@ class CapturedGraph:
 
     def __init__(self, graph: Any, arena: ArenaAllocator) -> None:
         self.graph = graph
-        self.arena = arena
-
-    @property
-    def reserved_bytes(self) -> int:
-        """Device memory the graph holds for its intermediates and outputs."""
-        return int(self.arena.stats().reserved)
+        self.arena = arena  # alive as long as the graph: its kernels write there
 
 
 class CudaGraphCapture:
