@@ -116,11 +116,11 @@ def _loaded_library_path(name: str) -> str | None:
 
 
 def _open_library(cupy: Any) -> Any:
+    if cupy.cuda.runtime.is_hip:
+        return None
     simulated = getattr(cupy, "__onyxrt_cublas_library__", None)
     if simulated is not None:
         return simulated
-    if cupy.cuda.runtime.is_hip:
-        return None
     try:
         cupy.cuda.cublas  # noqa: B018 - reading it makes CuPy load libcublas
     except Exception:

@@ -351,3 +351,22 @@ def test_device_inputs_bound_with_iobinding_are_read_on_every_replay(cuda_sim):
         np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], plain.run(None, {"input": x})[0])
     replay = session._plan.graph_replay
     assert (replay.captures, replay.replays, replay.failures) == (1, 3, 0)
+
+
+def test_the_cublas_library_is_found_among_the_loaded_ones(sim_cupy):
+    import os
+
+    from onyxrt_gpu import cublas_direct
+
+    # The lookup reads the process's memory map: any library loaded here is found by name.
+    path = cublas_direct._loaded_library_path("libpython3") or cublas_direct._loaded_library_path("libc.so")
+    assert path is not None and os.path.exists(path)
+    assert cublas_direct._loaded_library_path("libnot-a-library-onyxrt.so") is None
+    # The simulation stands in for libcublas.
+    assert cublas_direct.direct_cublas(sim_cupy.cupy).library is sim_cupy.cublas_library
+
+
+def test_rocm_keeps_cupys_blas_bindings(sim_hip):
+    from onyxrt_gpu import cublas_direct
+
+    assert cublas_direct.direct_cublas(sim_hip.cupy) is None
