@@ -14,6 +14,12 @@ exits with status 2. The phases, each bounded in time:
 * ``conformance`` — every ONNX node case through a session with providers [CUDA, CPU],
   beside the same case on the CPU alone, in ``--workers`` processes: how many pass, which
   fail on the GPU only (grouped by error), and how many run wholly on the GPU;
+* ``exports`` — real torch exports (``--exports DIR``, else made with
+  ``benchmarks/real_exports.py`` where torch and transformers are installed) at batch 1,
+  sequence 128, each in its own process: onyxrt's CUDA provider plainly and with
+  ``enable_cuda_graph=1`` (whether the graph replayed, its outputs against the plain
+  run's), the per-run copies back to the host, and the CUDA outputs against the CPU
+  provider's;
 * ``timing`` — median latency of ``onyxrt.testing.models`` (ResNet-50, MobileNetV2,
   BERT-base, GPT-2) at batch 1 and 8 on onyxrt's CUDA provider (plain, and with
   ``enable_cuda_graph=1``: the graph's outputs are checked against the plain run's), on
@@ -49,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
-PHASES = ("tests", "library", "conformance", "timing")
+PHASES = ("tests", "library", "conformance", "exports", "timing")
 MODELS = ("resnet50", "mobilenet_v2", "bert", "gpt2")
 #: Exit status when no usable GPU is found (``nox -s gpu`` exits with it too).
 NO_GPU_STATUS = 2
@@ -332,6 +338,99 @@ def _print_timing(results: list[dict[str, Any]]) -> None:
         print(f"{model:14}{batch:>6}{cells[0]:>16}{cells[1]:>17}{cells[2]:>15}{cells[3]:>16}  {ort_providers}; {diff}")
 
 
+# -- real exports (a child process per model) ------------------------------------------------
+
+
+def _feeds_for(session: Any, batch: int = 1, seq: int = 128) -> dict[str, Any]:
+    """Deterministic feeds: free dims batch (first) and seq (others); ids in [0, 1000),
+    masks ones, floats standard normal."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for arg in session.get_inputs():
+        shape = [d if isinstance(d, int) else (batch if i == 0 else seq) for i, d in enumerate(arg.shape)]
+        if "int" in arg.type:
+            feeds[arg.name] = (np.ones(shape, np.int64) if "mask" in arg.name
+                               else rng.integers(0, 1000, size=shape).astype(np.int64))
+        else:
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _time_export(path: str, runs: int) -> dict[str, Any]:
+    """One model file on onyxrt's CUDA provider, plainly and with CUDA graphs (see the
+    module's docstring, ``exports``)."""
+    import numpy as np
+
+    import onyxrt as rt
+
+    row: dict[str, Any] = {"model": Path(path).stem}
+    outputs = {}
+    for label, cuda in (("plain", CUDA), ("graph", (CUDA, {"enable_cuda_graph": "1"}))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            session = rt.InferenceSession(path, providers=[cuda, CPU])
+        feeds = _feeds_for(session)
+        for _ in range(3):
+            out = session.run(None, feeds)[0]
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            session.run(None, feeds)
+            times.append(time.perf_counter() - t0)
+        row[f"{label}_ms"] = 1000 * statistics.median(times)
+        outputs[label] = np.asarray(out, dtype=np.float64)
+        if label == "graph":
+            replay = session._plan.graph_replay
+            row["replays"] = 0 if replay is None else replay.replays
+            row["graph_failures"] = None if replay is None else replay.failures
+        row["copies_to_host"] = sum(c.per_run and c.dst == "cpu" for c in session.placement.copies)
+    row["graph_vs_plain_max_abs"] = float(np.max(np.abs(outputs["graph"] - outputs["plain"])))
+    cpu = rt.InferenceSession(path, providers=[CPU])
+    row["cuda_vs_cpu_max_abs"] = float(np.max(np.abs(outputs["plain"] - cpu.run(None, feeds)[0])))
+    return row
+
+
+def _exports(folder: Path | None, work: Path, runs: int, seconds: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + seconds
+    if folder is None:
+        folder = work / "exports"
+        script = Path(__file__).resolve().parent / "real_exports.py"
+        try:
+            out = subprocess.run([sys.executable, str(script), "--out", str(folder)], capture_output=True,
+                                 text=True, timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return [{"model": "(exports)", "error": "out of time making the exports"}]
+        if out.returncode:
+            return [{"model": "(exports)", "error": "no exports: " + (out.stderr.strip().splitlines() or ["?"])[-1][:200]}]
+    rows = []
+    for path in sorted(folder.glob("*.onnx")):
+        left = deadline - time.monotonic()
+        if left < 5:
+            rows.append({"model": path.stem, "error": "out of time"})
+            continue
+        try:
+            out = subprocess.run([sys.executable, __file__, "--time-export", str(path), str(runs)],
+                                 capture_output=True, text=True, timeout=left)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else
+                        {"model": path.stem, "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]})
+        except subprocess.TimeoutExpired:
+            rows.append({"model": path.stem, "error": "out of time"})
+    return rows
+
+
+def _print_exports(rows: list[dict[str, Any]]) -> None:
+    print(f"{'export':14}{'CUDA ms':>10}{'+ graph ms':>12}{'replays':>9}{'to host':>9}"
+          f"{'graph vs plain':>16}{'CUDA vs CPU':>13}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']:14}  {r['error']}")
+            continue
+        print(f"{r['model']:14}{r['plain_ms']:>10.2f}{r['graph_ms']:>12.2f}{r['replays']:>9}"
+              f"{r['copies_to_host']:>9}{r['graph_vs_plain_max_abs']:>16.3g}{r['cuda_vs_cpu_max_abs']:>13.3g}")
+
+
 # -- main --------------------------------------------------------------------------------
 
 
@@ -349,12 +448,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for the raw results (JSON)")
     parser.add_argument("--skip", default="", help=f"comma-separated phases to skip: {', '.join(PHASES)}")
     parser.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)))
-    # The phases' bounds: tests, then conformance, then timing, one after the other (120 +
-    # 240 + 180 s); the library runs beside the first two. --budget-seconds caps them all.
-    parser.add_argument("--conformance-seconds", type=float, default=240)
+    # The phases' bounds: tests, conformance, exports, then timing, one after the other
+    # (120 + 180 + 120 + 120 s); the library runs beside the first two. --budget-seconds
+    # caps them all.
+    parser.add_argument("--conformance-seconds", type=float, default=180)
+    parser.add_argument("--exports-seconds", type=float, default=120)
+    parser.add_argument("--exports", type=Path, help="a folder of real exports (*.onnx) for the exports phase "
+                        "(default: made with benchmarks/real_exports.py where torch and transformers are installed)")
     parser.add_argument("--library-seconds", type=float, default=240, help="from the start of the check")
     parser.add_argument("--tests-seconds", type=float, default=120)
-    parser.add_argument("--timing-seconds", type=float, default=180)
+    parser.add_argument("--timing-seconds", type=float, default=120)
     parser.add_argument("--budget-seconds", type=float, default=540,
                         help="every phase ends by then (default 9 minutes)")
     parser.add_argument("--dry-run", action="store_true",
@@ -366,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="which of onyxrt-cuda, onyxrt-cuda-graph, onyxrt-cpu, onnxruntime to time")
     parser.add_argument("--shard", nargs=2, metavar=("I/N", "FILE"), help=argparse.SUPPRESS)
     parser.add_argument("--time-one", nargs=4, metavar=("RUNTIME", "MODEL", "BATCH", "RUNS"), help=argparse.SUPPRESS)
+    parser.add_argument("--time-export", nargs=2, metavar=("PATH", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.shard:
         i, n = (int(v) for v in args.shard[0].split("/"))
@@ -373,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.time_one:
         runtime, model, batch, runs = args.time_one
         print(json.dumps(_time_one(runtime, model, int(batch), int(runs))))
+        return 0
+    if args.time_export:
+        print(json.dumps(_time_export(args.time_export[0], int(args.time_export[1]))))
         return 0
 
     started = time.monotonic()
@@ -442,6 +549,12 @@ def main(argv: list[str] | None = None) -> int:
         lines = text.strip().splitlines()
         print(f"\n== operator library over {name} (rc {proc.returncode})")
         print("\n".join(lines[:40]))
+        sys.stdout.flush()
+    if "exports" not in skip:
+        rows = _exports(args.exports, folder, args.runs, bounded(args.exports_seconds))
+        report["exports"] = rows
+        print(f"\n== real exports at batch 1, median of {args.runs} runs (plain and with enable_cuda_graph=1)")
+        _print_exports(rows)
         sys.stdout.flush()
     if "timing" not in skip:
         results = _timing(args.models.split(","), [int(b) for b in args.batch.split(",")],

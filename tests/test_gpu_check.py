@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
-SKIP_ALL = "--skip=tests,library,conformance,timing"
+SKIP_ALL = "--skip=tests,library,conformance,exports,timing"
 
 
 def _load(name: str, path: Path) -> types.ModuleType:
@@ -261,3 +261,23 @@ def test_nox_gpu_print_requirements_installs_nothing(noxfile, capsys):
 def test_nox_gpu_refuses_a_missing_wheel_folder(noxfile, tmp_path):
     with pytest.raises(RuntimeError, match="no such folder"):
         noxfile.gpu(_Session(["--wheels", str(tmp_path / "missing"), "--cuda", "12"]))
+
+
+def test_the_exports_phase_times_a_model_plainly_and_as_a_cuda_graph(plan, tmp_path):
+    """The exports phase's measurement of one model file, on the simulated CuPy (no GPU):
+    both runs, the graph replayed, its output the plain run's, the copies back counted."""
+    from onyxrt.testing.models import resnet
+    from onyxrt_gpu.testing.provider_tests import simulated_gpu
+
+    path = tmp_path / "tiny_resnet.onnx"
+    path.write_bytes(resnet(depth_blocks=(1,), width=8, num_classes=10, image=16).SerializeToString())
+    installed = simulated_gpu(hip=False)
+    next(installed)
+    try:
+        row = plan._time_export(str(path), 3)
+    finally:
+        installed.close()
+    assert row["model"] == "tiny_resnet" and row["plain_ms"] > 0 and row["graph_ms"] > 0
+    assert row["replays"] >= 3 and row["graph_failures"] == 0 and row["graph_vs_plain_max_abs"] == 0
+    assert row["copies_to_host"] == 1  # the output
+    assert row["cuda_vs_cpu_max_abs"] < 1e-3
