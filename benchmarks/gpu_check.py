@@ -268,16 +268,7 @@ def _time_one(runtime: str, model_name: str, batch: int, runs: int) -> dict[str,
     start = time.perf_counter()
     session = rt.InferenceSession(model, providers=providers)
     created = time.perf_counter() - start
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for arg in session.get_inputs():
-        shape = [d if isinstance(d, int) else batch for d in arg.shape]
-        if "int" in arg.type:
-            # An attention mask is 0/1 (other values overflow BERT's additive mask to nan).
-            high = 2 if "mask" in arg.name else 100
-            feeds[arg.name] = rng.integers(0, high, size=shape).astype(np.int64)
-        else:
-            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+    feeds = _feeds_for(session, batch)
     first = session.run(None, feeds)
     for _ in range(2):
         last = session.run(None, feeds)

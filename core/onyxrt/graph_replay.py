@@ -119,13 +119,12 @@ class GraphReplay:
     """Capture and replay of one plan on one provider (see the module's docstring)."""
 
     def __init__(
-        self, plan: ExecutionPlan, provider_index: int, capture: GraphCapture,
+        self, plan: ExecutionPlan, provider: ExecutionProvider, capture: GraphCapture,
         feed_copies: dict[int, str], staged: frozenset[int], host_outputs: frozenset[int],
         warn: Callable[[str], None],
     ) -> None:
         self.plan = plan
-        self.provider_index = provider_index
-        self.provider: ExecutionProvider = plan.providers[provider_index]
+        self.provider = provider
         self.capture = capture
         self.feed_copies = feed_copies  # step index -> feed name it uploads
         self.staged = staged  # step indices of uploads of signature-fixed host values
@@ -169,11 +168,16 @@ class GraphReplay:
                 return False
             if entry.graph is None:
                 entry.runs += 1
-                if entry.runs <= WARMUP_RUNS or not self._capture(entry, feeds, device_feeds):
+                if entry.runs <= WARMUP_RUNS:
                     return False
-            else:
-                self._upload(entry, feeds, device_feeds)
-            self._launch(entry, vals, keep_on_device)
+            # One scope for the uploads (or the capture), the launch and the outputs' copies.
+            with self.capture.scope():
+                if entry.graph is None:
+                    if not self._capture(entry, feeds, device_feeds):
+                        return False
+                else:
+                    self._upload(entry, feeds, device_feeds)
+                self._launch(entry, vals, keep_on_device)
             return True
         finally:
             self._busy.release()
@@ -210,45 +214,44 @@ class GraphReplay:
         keep = {slot for slot, _ in plan.output_slots.values()}
         capture = self.capture
         step = None
-        with capture.scope():
-            for index, name in self.feed_copies.items():
-                s = plan.steps[index]
-                if name in device_feeds:
-                    buffer = capture.copy(device_feeds[name][0])
+        for index, name in self.feed_copies.items():
+            s = plan.steps[index]
+            if name in device_feeds:
+                buffer = capture.copy(device_feeds[name][0])
+            else:
+                buffer = s.fn(vals[s.ins[0]])[0]
+            vals[s.outs[0]] = entry.feeds[name] = buffer
+        capture.begin()
+        try:
+            for index, step in enumerate(plan.steps):
+                if index in self.feed_copies:
+                    continue
+                args = [vals[j] for j in step.ins]
+                if index in self.staged:
+                    fn = step.fn
+                    results = capture.stage(lambda: fn(*args))  # noqa: B023 - called at once
+                    entry.keep.append(results)
                 else:
-                    buffer = s.fn(vals[s.ins[0]])[0]
-                vals[s.outs[0]] = entry.feeds[name] = buffer
-            capture.begin()
-            try:
-                for index, step in enumerate(plan.steps):
-                    if index in self.feed_copies:
-                        continue
-                    args = [vals[j] for j in step.ins]
-                    if index in self.staged:
-                        fn = step.fn
-                        results = capture.stage(lambda: fn(*args))  # noqa: B023 - called at once
-                        entry.keep.append(results)
-                    else:
-                        results = step.fn(*args)
-                    for j, v in zip(step.outs, results):
-                        vals[j] = v
-                    for j in step.release:
-                        if j not in keep:
-                            vals[j] = None
-                step = None  # a failure from here on is the capture's, not a node's
-                entry.graph = capture.end()
-            except BaseException as exc:
-                capture.abort()
-                entry.feeds.clear()
-                entry.keep.clear()
-                if not isinstance(exc, Exception):
-                    raise
-                where = f"node {step.name!r} ({step.op_type})" if step is not None else "the capture"
-                entry.failed = f"{where}: {type(exc).__name__}: {exc}"
-                self.failures += 1
-                self.warn(f"{self.provider.name}: this input signature runs without graph replay: "
-                          f"{entry.failed}")
-                return False
+                    results = step.fn(*args)
+                for j, v in zip(step.outs, results):
+                    vals[j] = v
+                for j in step.release:
+                    if j not in keep:
+                        vals[j] = None
+            step = None  # a failure from here on is the capture's, not a node's
+            entry.graph = capture.end()
+        except BaseException as exc:
+            capture.abort()
+            entry.feeds.clear()
+            entry.keep.clear()
+            if not isinstance(exc, Exception):
+                raise
+            where = f"node {step.name!r} ({step.op_type})" if step is not None else "the capture"
+            entry.failed = f"{where}: {type(exc).__name__}: {exc}"
+            self.failures += 1
+            self.warn(f"{self.provider.name}: this input signature runs without graph replay: "
+                      f"{entry.failed}")
+            return False
         entry.outputs = {slot: vals[slot] for slot, _ in plan.output_slots.values()}
         self.captures += 1
         return True
@@ -258,29 +261,25 @@ class GraphReplay:
         self, entry: _Entry, feeds: Mapping[str, Any],
         device_feeds: Mapping[str, tuple[Any, ExecutionProvider]],
     ) -> None:
-        with self.capture.scope():
-            for name, buffer in entry.feeds.items():
-                if name in device_feeds:
-                    self.capture.upload_into(device_feeds[name][0], buffer)
-                elif name in feeds:
-                    self.capture.upload_into(feeds[name], buffer)
-                # else: an input with a default (an initializer) that this signature does not
-                # feed: its buffer holds the default since the capture.
+        for name, buffer in entry.feeds.items():
+            if name in device_feeds:
+                self.capture.upload_into(device_feeds[name][0], buffer)
+            elif name in feeds:
+                self.capture.upload_into(feeds[name], buffer)
+            # else: an input with a default (an initializer) that this signature does not
+            # feed: its buffer holds the default since the capture.
 
     def _launch(self, entry: _Entry, vals: list[Any], keep_on_device: Mapping[str, bool] | None) -> None:
-        plan = self.plan
-        capture = self.capture
-        with capture.scope():
-            capture.launch(entry.graph)
-            self.replays += 1
-            for name, (slot, _) in plan.output_slots.items():
-                value = entry.outputs[slot]
-                if slot in self.host_outputs:
-                    value = np.array(value, copy=True)
-                elif keep_on_device and keep_on_device.get(name):
-                    # The graph writes this buffer again on the next launch: hand out a copy.
-                    value = capture.copy(value)
-                vals[slot] = value
+        self.capture.launch(entry.graph)
+        self.replays += 1
+        for name, (slot, _) in self.plan.output_slots.items():
+            value = entry.outputs[slot]
+            if slot in self.host_outputs:
+                value = np.array(value, copy=True)
+            elif keep_on_device and keep_on_device.get(name):
+                # The graph writes this buffer again on the next launch: hand out a copy.
+                value = self.capture.copy(value)
+            vals[slot] = value
 
 
 def replay_allowed(run_options: Any) -> bool:
@@ -315,7 +314,7 @@ def plan_graph_replay(plan: ExecutionPlan, warn: Callable[[str], None]) -> Graph
         warn(f"{provider.name}: graph capture is on but this model runs without it: {found}")
         return None
     feed_copies, staged, host_outputs = found
-    return GraphReplay(plan, index, capture, feed_copies, staged, host_outputs, warn)
+    return GraphReplay(plan, provider, capture, feed_copies, staged, host_outputs, warn)
 
 
 def _qualify(plan: ExecutionPlan, pi: int) -> tuple[dict[int, str], frozenset[int], frozenset[int]] | str:
@@ -323,8 +322,9 @@ def _qualify(plan: ExecutionPlan, pi: int) -> tuple[dict[int, str], frozenset[in
     can be captured on provider ``pi``; else why not."""
     providers: Sequence[ExecutionProvider] = plan.providers
     feed_of_slot = {slot: name for name, slot in plan.input_slots.items()}
-    fixed = set(plan.initializer_slots) | {0}  # slot 0: an absent optional input
-    fixed |= {slot for slot, value in enumerate(plan.template) if value is not None and slot not in feed_of_slot}
+    # Constants (initializers, weights already on the device) and slot 0, an absent
+    # optional input; an input's default is not: a run may feed it.
+    fixed = {0} | {slot for slot, value in enumerate(plan.template) if value is not None and slot not in feed_of_slot}
     device_slots: set[int] = set()
     feed_copies: dict[int, str] = {}
     staged: set[int] = set()

@@ -113,17 +113,23 @@ class CudaGraphCapture:
             self.provider.cupy_allocator.private(self._previous)
             self._arena = None
 
-    def stage(self, fn: Callable[[], _T]) -> _T:
-        """``fn`` (an upload) on the side stream, outside the recording, in shared-arena
-        memory, waited for."""
+    @contextlib.contextmanager
+    def _shared_arena(self) -> Iterator[None]:
+        """This thread's allocations from the shared arena meanwhile (not the graph's)."""
         allocator = self.provider.cupy_allocator
         private = allocator.private(None)
         try:
+            yield
+        finally:
+            allocator.private(private)
+
+    def stage(self, fn: Callable[[], _T]) -> _T:
+        """``fn`` (an upload) on the side stream, outside the recording, in shared-arena
+        memory, waited for."""
+        with self._shared_arena():
             with self._side:
                 result = fn()
             self._side.synchronize()
-        finally:
-            allocator.private(private)
         return result
 
     def launch(self, graph: CapturedGraph) -> None:
@@ -131,17 +137,12 @@ class CudaGraphCapture:
         graph.graph.launch(self.stream)
 
     def upload_into(self, value: Any, target: Any) -> None:
-        """Copy a host array or a device array into ``target`` on the current stream."""
-        if isinstance(value, self.cp.ndarray):
-            self.cp.copyto(target, value)
-        else:
-            self.provider.transfer.copy_into(value, target, _HOST, self.provider.device)
+        """Copy a host array or a device array into ``target`` (the provider's transfer)."""
+        device = self.provider.device
+        src = device if isinstance(value, self.cp.ndarray) else _HOST
+        self.provider.transfer.copy_into(value, target, src, device)
 
     def copy(self, value: Any) -> Any:
         """A new device array with ``value``'s contents (shared arena, current stream)."""
-        allocator = self.provider.cupy_allocator
-        private = allocator.private(None)
-        try:
+        with self._shared_arena():
             return value.copy()
-        finally:
-            allocator.private(private)

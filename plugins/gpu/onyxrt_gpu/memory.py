@@ -124,19 +124,20 @@ class ArenaCupyAllocator:
     def __call__(self, nbytes: int) -> Any:
         private = getattr(self._private, "arena", None)
         if private is not None:
-            block = private.allocate(nbytes)
-            owner = _BlockOwner()
-            weakref.finalize(owner, private.free, block)
-            memory = self.cupy.cuda.UnownedMemory(block.buffer.ptr, block.size, owner, self.device_id)
-            return self.cupy.cuda.MemoryPointer(memory, 0)
+            return self._pointer(private.allocate(nbytes), private.free)
         stream = self.cupy.cuda.get_current_stream()
         key = int(stream.ptr)
         block: Allocation = self.arena.allocate(nbytes)  # OutOfMemory past gpu_mem_limit
         first = self._first
         if self._multi or first is None or first[0] != key:
             self._order_after_last_use(block, key, stream)
+        return self._pointer(block, self._free, key, stream)
+
+    def _pointer(self, block: Allocation, free: Callable[..., None], *args: Any) -> Any:
+        """A CuPy pointer to ``block`` whose memory is ``free(block, *args)``-d once the
+        last array over it is gone."""
         owner = _BlockOwner()
-        weakref.finalize(owner, self._free, block, key, stream)
+        weakref.finalize(owner, free, block, *args)
         memory = self.cupy.cuda.UnownedMemory(block.buffer.ptr, block.size, owner, self.device_id)
         return self.cupy.cuda.MemoryPointer(memory, 0)
 

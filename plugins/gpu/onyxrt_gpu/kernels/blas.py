@@ -35,7 +35,7 @@ import numpy as np
 
 from onyxrt.kernels import KernelInfo
 
-from ..cublas_direct import direct_cublas
+from ..cublas_direct import DirectCublas, direct_cublas
 from ..cupy_loader import cupy_module
 
 __all__ = ["CublasMatmul", "kernel_blas", "MAX_CALLS"]
@@ -109,6 +109,7 @@ class CublasMatmul:
         # The HIP build's BLAS bindings are not known to take cuBLAS's compute types.
         self.enabled = not bool(cupy.cuda.runtime.is_hip)
         self._lib: Any = None
+        self._direct: DirectCublas | None = None  # found with _lib, once
 
     def compute_type(self, dtype: np.dtype[Any]) -> str:
         """The cuBLAS compute type name used for ``dtype`` operands."""
@@ -197,9 +198,8 @@ class CublasMatmul:
             y_ptr, data, n, rows * n,
             count, getattr(lib, self.compute_type(dtype)), lib.CUBLAS_GEMM_DEFAULT,
         )
-        direct = direct_cublas(cp)
-        if direct is not None:
-            direct.gemm_strided_batched_ex(*args)
+        if self._direct is not None:
+            self._direct.gemm_strided_batched_ex(*args)
         else:
             lib.gemmStridedBatchedEx(cp.cuda.device.get_cublas_handle(), *args)
 
@@ -209,6 +209,7 @@ class CublasMatmul:
         # cupy.matmul, not when kernels are built.
         if self._lib is None:
             self._lib = self.cp.cuda.cublas
+            self._direct = direct_cublas(self.cp)
         return self._lib
 
 

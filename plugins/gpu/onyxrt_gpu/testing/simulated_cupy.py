@@ -2230,11 +2230,10 @@ class CublasLibrary:
 
 
 def _c_int(value: Any) -> int:
-    """A ctypes scalar, pointer or Python int as an int."""
-    if isinstance(value, int):
-        return value
-    inner = getattr(value, "value", None)
-    return int(inner or 0) if inner is not None or hasattr(value, "value") else int(value)
+    """A ctypes scalar, pointer or Python int as an int (a null pointer's ``value`` is None)."""
+    if hasattr(value, "value"):
+        return int(value.value or 0)
+    return int(value)
 
 
 # ======================================================================================
