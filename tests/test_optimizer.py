@@ -284,6 +284,81 @@ def test_weight_dequantize_folds_unless_a_provider_reads_qdq_groups(tmp_path):
         assert ops.count("DequantizeLinear") == 2, ops
 
 
+def _qdq_conv_group_model(*, bias_scale: float | None = None, x_type=np.uint8, per_channel=True,
+                          expose_conv: bool = False) -> onnx.ModelProto:
+    """A whole QDQ convolution group as ``quantize_static`` writes it: x → Q → DQ →
+    Conv(DQ(int8 w), DQ(int32 b)) → Q → DQ → y. ``bias_scale``: the bias's scale, when not
+    x_scale * w_scale; ``expose_conv``: the Conv's float output is a graph output too."""
+    rng = np.random.default_rng(5)
+    xs, ys = np.float32(0.02), np.float32(0.05)
+    ws = (np.array([0.01, 0.02, 0.015, 0.03, 0.012], np.float32) if per_channel
+          else np.array(0.01, np.float32))
+    zx, zy = (np.array(128, np.uint8), np.array(120, np.uint8)) if x_type == np.uint8 else \
+        (np.array(3, np.int8), np.array(-2, np.int8))
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q_x"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq_x"),
+        # per tensor: without a zero point (the fusion writes QLinearConv's required one)
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"] if per_channel else ["wq", "ws"], ["w"],
+                         name="dq_w", axis=0),
+        helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["b"], name="dq_b", axis=0),
+        helper.make_node("Conv", ["xd", "w", "b"], ["c"], name="conv", pads=[1, 0, 1, 2], strides=[1, 2]),
+        helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"], name="q_y"),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], name="dq_y"),
+    ]
+    inits = {
+        "xs": np.array(xs), "xz": zx, "ys": np.array(ys), "yz": zy,
+        "wq": rng.integers(-127, 128, (5, 3, 3, 3)).astype(np.int8), "ws": ws,
+        "bq": rng.integers(-3000, 3000, 5).astype(np.int32),
+        "bs": (np.full(5, bias_scale, np.float32) if bias_scale is not None
+               else (xs * np.broadcast_to(ws, (5,))).astype(np.float32)),
+        "bz": np.zeros(5, np.int32),
+    }
+    if per_channel:
+        inits["wz"] = np.zeros(ws.shape, np.int8)
+    outputs = [tensor("y", [1, 5, 9, 4])] + ([tensor("c", [1, 5, 9, 4])] if expose_conv else [])
+    return make_model(nodes, [tensor("x", [1, 3, 9, 9])], outputs, inits, opset=17)
+
+
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_qdq_convolution_group_becomes_qlinearconv(tmp_path, x_type, per_channel):
+    model = _qdq_conv_group_model(x_type=x_type, per_channel=per_channel)
+    ops = _optimized_ops(model, tmp_path)
+    assert ops == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"], ops
+    feeds = {"x": _randn(1, 3, 9, 9) * 2}
+    plain = _session(model, LEVEL.ORT_DISABLE_ALL).run(None, feeds)[0]
+    fused = _session(model).run(None, feeds)[0]
+    # the same exact integer sums, rounded to y's grid once instead of twice: at most one
+    # step of y (0.05) apart, and mostly equal
+    assert np.abs(fused - plain).max() <= 0.05 * 1.0001
+    assert np.mean(fused == plain) > 0.9
+    ort = pytest.importorskip("onnxruntime")
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.abs(fused - theirs).max() <= 0.05 * 1.0001
+
+
+def test_qdq_convolution_groups_that_stay_float(tmp_path):
+    # a bias quantized with another scale than x_scale * w_scale: QLinearConv cannot take it
+    assert "QLinearConv" not in _optimized_ops(_qdq_conv_group_model(bias_scale=0.5), tmp_path)
+    # the Conv's float output is read elsewhere (a graph output)
+    model = _qdq_conv_group_model(expose_conv=True)
+    assert "QLinearConv" not in _optimized_ops(model, tmp_path)
+    _assert_equivalent(model, {"x": _randn(1, 3, 9, 9)})
+    # the basic level, or onnxruntime's name for the transformer disabled
+    assert "QLinearConv" not in _optimized_ops(_qdq_conv_group_model(), tmp_path, LEVEL.ORT_ENABLE_BASIC)
+    so = onyxrt.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "disabled.onnx")
+    onyxrt.InferenceSession(_qdq_conv_group_model().SerializeToString(), so, providers=["CPUExecutionProvider"],
+                            disabled_optimizers=["QDQSelectorActionTransformer"])
+    assert "QLinearConv" not in [n.op_type for n in onnx.load(str(tmp_path / "disabled.onnx")).graph.node]
+    # a provider that reads QDQ groups itself (the simulated NPU's int8 mode) keeps them
+    if "SimNPUExecutionProvider" in onyxrt.get_available_providers():
+        ops = _optimized_ops(_qdq_conv_group_model(), tmp_path,
+                             providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
+        assert "QLinearConv" not in ops and "Conv" in ops, ops
+
+
 def test_identity_cast_and_dead_nodes_are_removed(tmp_path):
     nodes = [
         helper.make_node("Identity", ["x"], ["i"], name="identity"),

@@ -1,5 +1,9 @@
 """Integer matrix-product fusions (extended level), as onnxruntime's
-MatMulIntegerToFloatFusion and DynamicQuantizeMatMulFusion make them.
+MatMulIntegerToFloatFusion, DynamicQuantizeMatMulFusion and QDQ transformer make them.
+
+QDQ models (``quantize_static`` in QDQ format) write every convolution as
+DequantizeLinear(x_q), DequantizeLinear(w_q), DequantizeLinear(b_q) → Conv → QuantizeLinear;
+:func:`fuse_qdq_conv` makes that group one ``QLinearConv`` whose kernel runs in integers.
 
 onnxruntime's ``quantize_dynamic`` writes every linear layer as
 
@@ -24,13 +28,14 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
+import numpy as np
 import onnx
 from onnx import helper
 
 from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, other_input
 from .support import PassContext
 
-__all__ = ["fuse_integer_matmul", "fuse_matmul_nbits_bias"]
+__all__ = ["fuse_integer_matmul", "fuse_matmul_nbits_bias", "fuse_qdq_conv"]
 
 _MS = "com.microsoft"
 _FLOAT = onnx.TensorProto.FLOAT
@@ -131,3 +136,100 @@ def fuse_matmul_nbits_bias(model: onnx.ModelProto, ctx: PassContext) -> onnx.Mod
         fused.attribute.extend(mm.attribute)
         rw.replace([mm, add], [fused])
     return rw.commit()
+
+
+_BYTE_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
+
+
+def _per_tensor(rw: Rewrite, scale: str, zero_point: str) -> bool:
+    """A constant float32 scalar scale and a constant 8-bit scalar zero point."""
+    s, z = rw.array(scale), rw.array(zero_point) if zero_point else None
+    return (s is not None and s.size == 1 and s.dtype == np.float32 and z is not None and z.size == 1
+            and z.dtype in (np.int8, np.uint8))
+
+
+def _dq_inputs(dq: onnx.NodeProto) -> tuple[str, str, str]:
+    return dq.input[0], dq.input[1], dq.input[2] if len(dq.input) > 2 else ""
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == name), default)
+
+
+def fuse_qdq_conv(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
+    """DequantizeLinear(x) → Conv(·, DequantizeLinear(w), [DequantizeLinear(b)]) →
+    QuantizeLinear → ``QLinearConv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, y_scale, y_zp,
+    [b_q])``, as onnxruntime's QDQ transformer turns these groups into QLinearConv.
+
+    Only where every provider of the session runs QLinearConv and none reads QDQ groups
+    itself (an NPU quantizing from them), with: x and y per tensor (constant float32 scale,
+    8-bit zero point); constant 8-bit weights, per tensor or per output channel (axis 0);
+    an int32 bias whose scale is x_scale * w_scale (as the quantizer writes it), or none;
+    the Conv's output read by that QuantizeLinear alone. The fused kernel accumulates the
+    same integer products exactly; rounding the float bias-free product once instead of
+    twice may move an output by one step, as it does in onnxruntime. Run before constant
+    folding, which would dequantize the weights into float constants."""
+    if (not has_op(model.graph, "Conv") or not ctx.fold_dequantized_weights
+            or not ctx.can_run("", "QLinearConv")):
+        return model
+    rw = Rewrite(model, ctx.arrays)
+    for conv in model.graph.node:
+        if not _default(conv, "Conv") or rw.is_removed(conv) or len(conv.input) < 2:
+            continue
+        dqx = rw.produced_by(conv.input[0], "DequantizeLinear")
+        dqw = rw.produced_by(conv.input[1], "DequantizeLinear")
+        q = rw.sole_consumer(conv.output[0])
+        if dqx is None or dqw is None or not _default(q, "QuantizeLinear") or len(q.input) < 3:
+            continue
+        x_q, x_scale, x_zp = _dq_inputs(dqx)
+        w_q, w_scale, w_zp = _dq_inputs(dqw)
+        if (not _per_tensor(rw, x_scale, x_zp) or not _per_tensor(rw, q.input[1], q.input[2])
+                or _attribute(dqw, "block_size", 0) or _attribute(dqx, "block_size", 0)):
+            continue
+        w, ws = rw.array(w_q), rw.array(w_scale)
+        if w is None or ws is None or w.dtype not in (np.int8, np.uint8) or ws.dtype != np.float32:
+            continue
+        channels = w.shape[0] if w.ndim else 0
+        if ws.size != 1 and not (ws.ndim == 1 and ws.size == channels
+                                 and _attribute(dqw, "axis", 1) in (0, -w.ndim)):
+            continue
+        wz = rw.array(w_zp) if w_zp else None
+        if w_zp and (wz is None or wz.dtype != w.dtype or wz.shape != ws.shape):
+            continue
+        pattern = [conv, q]
+        bias_input: list[str] = []
+        if len(conv.input) > 2 and conv.input[2]:
+            bias = _integer_bias(rw, conv, rw.scalar(x_scale) or 0.0, ws, channels)
+            if bias is None:
+                continue
+            bias_input.append(bias[0])
+            pattern += bias[1]
+        for dq in (dqx, dqw):
+            if rw.feeds_only(dq.output[0], conv) and dq not in pattern:
+                pattern.append(dq)
+        if not rw.claimable(pattern):
+            continue
+        w_zp = w_zp or rw.add_initializer(f"{w_q}_zero_point", np.zeros(ws.shape, w.dtype))
+        inputs = [x_q, x_scale, x_zp, w_q, w_scale, w_zp, q.input[1], q.input[2], *bias_input]
+        fused = helper.make_node("QLinearConv", inputs, [q.output[0]], name=conv.name)
+        fused.attribute.extend(conv.attribute)
+        rw.replace(pattern, [fused])
+    return rw.commit()
+
+
+def _integer_bias(rw: Rewrite, conv: onnx.NodeProto, x_scale: float, w_scale: np.ndarray,
+                  channels: int) -> tuple[str, list[onnx.NodeProto]] | None:
+    """The int32 constant behind ``conv``'s bias (a DequantizeLinear of it with zero point
+    0 and scale x_scale * w_scale) and the nodes that go with the fusion."""
+    dqb = rw.produced_by(conv.input[2], "DequantizeLinear")
+    if dqb is None:
+        return None
+    b_q, b_scale, b_zp = _dq_inputs(dqb)
+    b, bs = rw.array(b_q), rw.array(b_scale)
+    bz = rw.array(b_zp) if b_zp else np.zeros((), np.int32)
+    if b is None or bs is None or bz is None or b.dtype != np.int32 or b.shape != (channels,) or np.any(bz):
+        return None
+    expected = (np.float32(x_scale) * w_scale.astype(np.float32)).reshape(-1)
+    if bs.size not in (1, channels) or not np.allclose(bs.reshape(-1), expected, rtol=1e-6, atol=0):
+        return None
+    return b_q, [dqb] if rw.feeds_only(dqb.output[0], conv) else []

@@ -10,6 +10,13 @@ static PyMethodDef methods[] = {
     {"qgemm_pack", py_qgemm_pack, METH_VARARGS,
      "qgemm_pack(b, packed, column_sums, k, n): int8 b (k x n) in qgemm_u8s8's layout, and its "
      "column sums in int32."},
+    {"qconv", py_qconv, METH_VARARGS,
+     "qconv(x, a, rowsum_a, zp_a, bias, scale, y, geometry, flip, zp_b, y_scale, y_zero_point, "
+     "lo, hi): QLinearConv of 8-bit NCHW x by the weights a (uint8, M x K per group) through "
+     "the int8 GEMM, requantized into y."},
+    {"qconv_depthwise", py_qconv_depthwise, METH_VARARGS,
+     "qconv_depthwise(x, w, bias, scale, y, geometry, flip, zp_x, y_scale, y_zero_point, lo, "
+     "hi): QLinearConv with one input channel per group, w (int16, centered)."},
     {"qgemm_supported", py_qgemm_supported, METH_NOARGS,
      "qgemm_supported() -> whether this CPU has AVX-512 VNNI for qgemm_u8s8."},
     {"logistic_tanh", py_logistic_tanh, METH_VARARGS,

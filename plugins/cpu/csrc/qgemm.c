@@ -11,11 +11,9 @@
  * (|sum| < 2**31). */
 
 #include <stdint.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "native.h"
+#include "qrequant.h"
 
 #define Q_MR 6
 #define Q_NB 4 /* column blocks of 16 per tile: 64 columns */
@@ -38,6 +36,7 @@ typedef struct {
     const int8_t *bp;
     idx m, n, k, k4, col_tiles;
     int32_t *c;
+    const QgemmRequant *rq; /* NULL: store the raw int32 sums in c */
 } QgemmCall;
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -75,7 +74,7 @@ a_full_word(const uint8_t *row, idx k4)
     return w;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+AVX512_VNNI static void
 qgemm_tile(const QgemmCall *c, idx m0, idx tile)
 {
     const idx rows = c->m - m0 < Q_MR ? c->m - m0 : Q_MR;
@@ -114,8 +113,16 @@ qgemm_tile(const QgemmCall *c, idx m0, idx tile)
     const __m512i acc[Q_MR][Q_NB] = {{c00, c01, c02, c03}, {c10, c11, c12, c13},
                                      {c20, c21, c22, c23}, {c30, c31, c32, c33},
                                      {c40, c41, c42, c43}, {c50, c51, c52, c53}};
+    const QgemmRequant *rq = c->rq;
     for (idx r = 0; r < rows; r++) {
-        int32_t *out = c->c + (m0 + r) * c->n;
+        const idx row = m0 + r;
+        Requant requant;
+        __m512i add = _mm512_setzero_si512(), za = add;
+        if (rq != NULL) {
+            requant = (Requant){rq->row_scale[row], rq->ys, rq->zy, rq->lo, rq->hi};
+            add = _mm512_set1_epi32(rq->row_add[row]);
+            za = _mm512_set1_epi32(rq->row_za[row]);
+        }
         for (int j = 0; j < Q_NB; j++) {
             const idx col = tile * Q_NB * 16 + j * 16;
             if (col >= c->n) {
@@ -123,7 +130,14 @@ qgemm_tile(const QgemmCall *c, idx m0, idx tile)
             }
             const idx left = c->n - col;
             const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_epi32(out + col, mask, acc[r][j]);
+            if (rq == NULL) {
+                _mm512_mask_storeu_epi32(c->c + row * c->n + col, mask, acc[r][j]);
+                continue;
+            }
+            /* the epilogue, while the sums are in registers (no int32 round trip) */
+            __m512i t = _mm512_add_epi32(acc[r][j], add);
+            t = _mm512_sub_epi32(t, _mm512_mullo_epi32(za, _mm512_maskz_loadu_epi32(mask, rq->colsum + col)));
+            _mm512_mask_cvtepi32_storeu_epi8(rq->y + row * rq->ldy + col, mask, requant16(t, &requant));
         }
     }
 }
@@ -141,6 +155,21 @@ qgemm_range(void *ctx, idx begin, idx end)
     }
 }
 #endif
+
+void
+qgemm_run(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, int32_t *c,
+          const QgemmRequant *rq)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    const idx k4 = (k + 3) / 4, col_tiles = (n + 63) / 64;
+    QgemmCall call = {a, lda, bp, m, n, k, k4, col_tiles, c, rq};
+    const idx tiles = ((m + Q_MR - 1) / Q_MR) * col_tiles;
+    /* A tile is Q_MR * 64 * K multiply-adds: hand out a few per thread at least. */
+    parallel_for(qgemm_range, &call, tiles, 1 + (1 << 20) / (Q_MR * 64 * (k + 1)));
+#else
+    (void)a, (void)lda, (void)bp, (void)m, (void)n, (void)k, (void)c, (void)rq;
+#endif
+}
 
 PyObject *
 py_qgemm_u8s8(PyObject *self, PyObject *args)
@@ -169,15 +198,10 @@ py_qgemm_u8s8(PyObject *self, PyObject *args)
         release_all(views, VIEWS);
         return NULL;
     }
-#if defined(__x86_64__) && defined(__GNUC__)
     Py_BEGIN_ALLOW_THREADS
-    QgemmCall call = {(const uint8_t *)views[A].buf, k, (const int8_t *)views[B].buf, m, n, k, k4,
-                      col_tiles, (int32_t *)views[C].buf};
-    const idx tiles = ((m + Q_MR - 1) / Q_MR) * col_tiles;
-    /* A tile is Q_MR * 64 * K multiply-adds: hand out a few per thread at least. */
-    parallel_for(qgemm_range, &call, tiles, 1 + (1 << 20) / (Q_MR * 64 * (k + 1)));
+    qgemm_run((const uint8_t *)views[A].buf, k, (const int8_t *)views[B].buf, m, n, k,
+              (int32_t *)views[C].buf, NULL);
     Py_END_ALLOW_THREADS
-#endif
     release_all(views, VIEWS);
     Py_RETURN_NONE;
 }
@@ -221,16 +245,7 @@ py_qgemm_pack(PyObject *self, PyObject *args)
 #if defined(__SSE2__)
             if (cols == 16 && 4 * g + 4 <= k) { /* a whole group: a 4 x 16 byte transpose */
                 const int8_t *src = b + 4 * g * n + j0;
-                const __m128i r0 = _mm_loadu_si128((const __m128i *)src);
-                const __m128i r1 = _mm_loadu_si128((const __m128i *)(src + n));
-                const __m128i r2 = _mm_loadu_si128((const __m128i *)(src + 2 * n));
-                const __m128i r3 = _mm_loadu_si128((const __m128i *)(src + 3 * n));
-                const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
-                const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
-                _mm_storeu_si128((__m128i *)out, _mm_unpacklo_epi16(lo01, lo23));
-                _mm_storeu_si128((__m128i *)(out + 16), _mm_unpackhi_epi16(lo01, lo23));
-                _mm_storeu_si128((__m128i *)(out + 32), _mm_unpacklo_epi16(hi01, hi23));
-                _mm_storeu_si128((__m128i *)(out + 48), _mm_unpackhi_epi16(hi01, hi23));
+                interleave_4x16(src, src + n, src + 2 * n, src + 3 * n, out);
                 continue;
             }
 #endif

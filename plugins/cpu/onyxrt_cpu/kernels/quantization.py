@@ -24,11 +24,13 @@ only [1,64,28,28] * [64,64,3,3] was faster from the library, 3.5 -> 2.8 ms).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
+from onyxrt.kernels import KernelInfo
 from onyxrt_ops import library
 from onyxrt_ops.quantization import expand
 
@@ -273,14 +275,86 @@ class QLinearMatMul(library.kernel("QLinearMatMul", 21, BACKEND)):
         return (_requantize(acc, real_scale.astype(_F64), y_scale, y_zero_point),)
 
 
+#: QLinearConv's inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+#: y_zero_point, bias.
+_W, _W_SCALE, _W_ZP, _BIAS = 3, 4, 5, 8
+# The integer kernel sums at most this many products: |sum (a - za)(b - zb)| < K * 255**2
+# stays inside int32 with room for the bias.
+_MAX_INTEGER_K = 32000
+_BYTE_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+#: Input shapes a QLinearConv keeps a prepared call for (batch sizes, image sizes).
+_MAX_PREPARED_SHAPES = 16
+
+
+@dataclass(frozen=True)
+class IntegerFilter:
+    """QLinearConv's constant 8-bit weights prepared once for :func:`native.qconv`: the
+    GEMM's left operand (uint8 ``a``: int8 weights + 128, so its zero points move alike)
+    with its row sums, or, for depthwise filters, the weights minus their zero points in
+    int16 (:func:`native.qconv_depthwise`)."""
+
+    a: np.ndarray | None  # uint8 [M, K]
+    rowsum: np.ndarray  # int32 [M]
+    zero_point: np.ndarray  # int32 [M], a's zero point
+    centered: np.ndarray | None  # int16 [M, kh * kw], depthwise only
+    kernel: tuple[int, ...]
+
+    @classmethod
+    def prepare(cls, w: Any, w_zero_point: Any, group: int) -> IntegerFilter | None:
+        """``None`` where the integer kernel does not apply (no VNNI, not 1-D/2-D, not
+        8-bit, zero points neither per tensor nor per output channel, K too large)."""
+        if not native.QGEMM or not isinstance(w, np.ndarray) or w.dtype not in _BYTE_TYPES:
+            return None
+        if w.ndim not in (3, 4) or w.shape[0] % group or w.shape[0] == 0:
+            return None
+        m, k = w.shape[0], int(np.prod(w.shape[1:]))
+        zp = np.zeros(m, np.int32) if w_zero_point is None else np.asarray(w_zero_point).astype(np.int32)
+        if w_zero_point is not None and (not isinstance(w_zero_point, np.ndarray)
+                                         or w_zero_point.dtype != w.dtype or zp.size not in (1, m)):
+            return None
+        zp = np.broadcast_to(zp.reshape(-1), (m,)).copy()
+        if k == 0 or k > _MAX_INTEGER_K:
+            return None
+        kernel = tuple(int(d) for d in w.shape[2:])
+        flat = w.reshape(m, k)
+        if group == m and w.shape[1] == 1:  # depthwise
+            centered = (flat.astype(np.int16) - zp.reshape(-1, 1).astype(np.int16)).astype(np.int16)
+            return cls(None, np.zeros(m, np.int32), zp, np.ascontiguousarray(centered), kernel)
+        if w.dtype == np.int8:
+            a = flat.view(np.uint8) ^ np.uint8(0x80)
+            zp = zp + 128
+        else:
+            a = np.ascontiguousarray(flat)
+        return cls(np.ascontiguousarray(a), a.sum(axis=1, dtype=np.int32), zp, None, kernel)
+
+
+def _scalar(v: Any, dtypes: tuple[np.dtype[Any], ...]) -> bool:
+    return isinstance(v, np.ndarray) and v.size == 1 and v.dtype in dtypes
+
+
 @registry.register("QLinearConv", since=10)
 class QLinearConv(library.kernel("QLinearConv", 10, BACKEND)):
-    """The library's QLinearConv computed with the float Conv's numpy im2col
-    (:func:`.conv.conv_forward`), accumulating exactly in float64."""
+    """The library's QLinearConv: with constant 8-bit weights on a CPU with AVX-512 VNNI,
+    1-D and 2-D convolutions in integers (:class:`IntegerFilter`, csrc/qconv.c: the int8
+    GEMM over packed im2col columns, or the depthwise kernel, requantized in the same
+    float steps — bit-identical to the numpy path); otherwise the float Conv's numpy
+    im2col (:func:`.conv.conv_forward`), accumulating exactly in float64."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        self._filter = IntegerFilter.prepare(info.constant(_W), info.constant(_W_ZP), self.group)
+        # x_scale, x_zero_point, w_scale, y_scale, y_zero_point and the bias all constants
+        self._constant_parameters = all(
+            info.constant(i) is not None or (i == _BIAS and not info.has_input(i)) for i in (1, 2, 4, 6, 7, _BIAS))
+        self._calls: dict[tuple[Any, ...], Any] = {}
 
     def compute(
         self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias=None
     ):
+        if self._filter is not None:
+            y = self._integer(x, x_scale, x_zero_point, w, w_scale, y_scale, y_zero_point, bias)
+            if y is not None:
+                return (y,)
         x = np.asarray(x)
         w = np.asarray(w)
         if x.ndim < 3 or w.ndim != x.ndim:
@@ -314,3 +388,65 @@ class QLinearConv(library.kernel("QLinearConv", 10, BACKEND)):
         ws = ws.reshape(()) if ws.size == 1 else ws.reshape((m,) + per_channel)
         real_scale = _as_float(np.asarray(x_scale)).astype(_F32).reshape(()) * ws
         return (_requantize(acc, real_scale.astype(_F64), y_scale, y_zero_point),)
+
+    def _integer(self, x, x_scale, x_zero_point, w, w_scale, y_scale, y_zero_point, bias):
+        """The integer kernels' result, or ``None`` where they do not apply. With constant
+        scales, zero points and bias (a QDQ model's), the call is prepared once per input
+        shape."""
+        if not isinstance(x, np.ndarray):
+            return None
+        key = (x.shape, x.dtype)
+        call = self._calls.get(key) if self._constant_parameters else None
+        if call is None:
+            call = self._prepare(x, x_scale, x_zero_point, w, w_scale, y_scale, y_zero_point, bias)
+            if self._constant_parameters and len(self._calls) < _MAX_PREPARED_SHAPES:
+                self._calls[key] = call
+        if call is False:
+            return None
+        kernel, before, after, shape, dtype = call
+        y = np.empty(shape, dtype)
+        kernel(np.ascontiguousarray(x), *before, y, *after)
+        return y
+
+    def _prepare(self, x, x_scale, x_zero_point, w, w_scale, y_scale, y_zero_point, bias):
+        """The integer kernel's call for ``x`` (all but x and y), or ``False``."""
+        f = self._filter
+        assert f is not None
+        m = w.shape[0]
+        if (x.dtype not in _BYTE_TYPES or x.ndim != w.ndim
+                or x.shape[1] != w.shape[1] * self.group or not _scalar(x_scale, (_F32,))
+                or not _scalar(y_scale, (_F32,)) or not _scalar(y_zero_point, _BYTE_TYPES)
+                or (x_zero_point is not None and not _scalar(x_zero_point, (x.dtype,)))
+                or not isinstance(w_scale, np.ndarray) or w_scale.dtype != _F32
+                or w_scale.size not in (1, m)):
+            return False
+        if bias is not None:
+            if not isinstance(bias, np.ndarray) or bias.dtype != np.int32 or bias.shape != (m,):
+                return False
+            if bias.size and int(np.abs(bias.astype(np.int64)).max()) + int(np.prod(w.shape[1:])) * 65025 >= 1 << 31:
+                return False
+        if self.attrs.kernel_shape is not None and self.attrs.kernel_shape != f.kernel:
+            return False  # the numpy path names the mismatch
+        k, s, d, pb, pe = self.attrs.resolve(x.ndim - 2, f.kernel)
+        win = window(x.shape[2:], k, s, d, pb, pe, self.attrs.auto_pad)
+        if x.ndim == 3:  # 1-D: a 2-D convolution of height 1
+            k, s, d = (1, *k), (1, *s), (1, *d)
+            pads, out_hw, in_hw = (0, win.pads_begin[0]), (1, win.out_shape[0]), (1, x.shape[2])
+        else:
+            pads, out_hw, in_hw = tuple(win.pads_begin), tuple(win.out_shape), tuple(x.shape[2:])
+        geometry = (x.shape[0], x.shape[1], *in_hw, *k, *out_hw, *s, *pads, *d)
+        scale = (np.float32(x_scale.reshape(())) * w_scale.reshape(-1)).astype(_F64)
+        scale = np.ascontiguousarray(np.broadcast_to(scale, (m,)))
+        if not np.all(np.isfinite(scale)):
+            return False
+        flip = x.dtype == np.uint8  # uint8 x is read as int8 x - 128
+        zx = 0 if x_zero_point is None else int(x_zero_point.reshape(()))
+        zb = zx - 128 if flip else zx
+        out_dtype = y_zero_point.dtype
+        b = np.zeros(m, np.int32) if bias is None else np.ascontiguousarray(bias)
+        requant = (flip, zb, float(y_scale.reshape(())), int(y_zero_point.reshape(())), *_int_range(out_dtype))
+        shape = (x.shape[0], m, *win.out_shape)
+        if f.centered is not None:
+            return native.qconv_depthwise, (f.centered, b, scale), (geometry, *requant), shape, out_dtype
+        return (native.qconv, (f.a, f.rowsum, f.zero_point, b, scale), (geometry, m, self.group, *requant),
+                shape, out_dtype)

@@ -1,0 +1,429 @@
+/* QLinearConv in integers: what a QDQ model's convolutions become (onnxruntime's QDQ
+ * transformer turns DequantizeLinear -> Conv -> QuantizeLinear into QLinearConv; so does
+ * onyxrt's fuse_qdq_conv), computed with the int8 GEMM of qgemm.c instead of in float.
+ *
+ * Per image and group, the weights are the GEMM's left operand A (M x K, K = C/group * kh *
+ * kw, uint8: int8 weights stored + 128) and the image's im2col columns its right operand B
+ * (K x OH*OW), written straight into qgemm.c's packed layout as int8 (uint8 activations
+ * - 128) — so the output comes out in NCHW, one row per output channel, with no transposes.
+ * Padding is x's zero point. With a and b the stored bytes and za, zb their zero points
+ * (moved by the same 128), the exact accumulator is
+ *
+ *     sum_k (a - za)(b - zb) = raw - zb * rowsum(a) - za * colsum(b) + K * za * zb
+ *
+ * (raw from the GEMM, colsum(b) per output pixel from the packing). It is requantized as
+ * the reference kernel does (onyxrt_ops.quantization.QLinearConv, and QuantizeLinear after
+ * a float convolution): real = float32(double(acc + bias) * double(x_scale * w_scale)),
+ * q = round-half-even(real / y_scale) + y_zero_point, saturated — bit-identical to it.
+ *
+ * Depthwise convolutions (one input channel per group) have K = kh * kw per channel: no
+ * GEMM; each output row sums kh * kw shifted input rows in int32 (qconv_depthwise).
+ *
+ * Only built for x86-64 with GCC or clang; the Python side calls these only where
+ * qgemm_supported() (AVX-512 VNNI). */
+
+#include <stdint.h>
+
+#include "native.h"
+#include "qrequant.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* ---- the im2col columns, packed ---------------------------------------------------- */
+
+/* Output positions [lo, hi) of a row of `n` whose input column iw0 + t * s lies in [0, w). */
+static void
+valid_columns(idx n, idx iw0, idx s, idx w, idx *lo, idx *hi)
+{
+    idx l = iw0 >= 0 ? 0 : (-iw0 + s - 1) / s;
+    idx h = w - iw0 <= 0 ? 0 : (w - iw0 + s - 1) / s;
+    *lo = l < n ? l : n;
+    *hi = h < n ? (h > *lo ? h : *lo) : n;
+}
+
+typedef struct {
+    const uint8_t *x; /* one group of one image */
+    Geometry g;
+    uint8_t flip, pad;
+    uint8_t *col; /* [K][OH * OW] */
+} Im2colCall;
+
+/* Rows [begin, end) of the im2col matrix (row k: channel k / (kh kw), tap (i, j)), each
+ * output row one run of copies between its padded ends. */
+static void
+im2col_rows(void *ctx, idx begin, idx end)
+{
+    const Im2colCall *c = (const Im2colCall *)ctx;
+    /* locals, not reads through c: the byte stores below may alias anything, and would
+     * force a reload of every field per byte (and no vectorization) */
+    const Geometry g = c->g;
+    const uint8_t flip = c->flip, pad = c->pad;
+    const idx taps = g.kh * g.kw;
+    for (idx k = begin; k < end; k++) {
+        const idx ch = k / taps, i = (k / g.kw) % g.kh, j = k % g.kw;
+        const uint8_t *plane = c->x + ch * g.h * g.w;
+        uint8_t *col = c->col + k * g.oh * g.ow;
+        const idx iw0 = j * g.dw - g.pw, ih0 = i * g.dh - g.ph;
+        idx lo, hi, top, bottom; /* valid columns of a row; output rows that read the plane */
+        valid_columns(g.ow, iw0, g.sw, g.w, &lo, &hi);
+        valid_columns(g.oh, ih0, g.sh, g.h, &top, &bottom);
+        memset(col, pad, (size_t)(top * g.ow));
+        memset(col + bottom * g.ow, pad, (size_t)((g.oh - bottom) * g.ow));
+        if (g.sw == 1 && g.sh == 1 && g.ow == g.w && bottom > top) {
+            /* output rows are input rows shifted by a constant: one copy of the whole
+             * span, clipped to the plane, then each row's padded ends */
+            const idx first = (top + ih0) * g.w + iw0, count = (bottom - top) * g.w;
+            const idx from = first < 0 ? 0 : first;
+            const idx to = first + count > g.h * g.w ? g.h * g.w : first + count;
+            uint8_t *out = col + top * g.ow;
+            for (idx t = from; t < to; t++) {
+                out[t - first] = (uint8_t)(plane[t] ^ flip);
+            }
+            for (idx oh = top; oh < bottom; oh++) {
+                uint8_t *row = col + oh * g.ow;
+                for (idx t = 0; t < lo; t++) {
+                    row[t] = pad;
+                }
+                for (idx t = hi; t < g.ow; t++) {
+                    row[t] = pad;
+                }
+            }
+            continue;
+        }
+        for (idx oh = top; oh < bottom; oh++) {
+            uint8_t *out = col + oh * g.ow;
+            const uint8_t *row = plane + (oh * g.sh + ih0) * g.w + iw0;
+            for (idx t = 0; t < lo; t++) {
+                out[t] = pad;
+            }
+            if (g.sw == 1) {
+                for (idx t = lo; t < hi; t++) {
+                    out[t] = (uint8_t)(row[t] ^ flip);
+                }
+            } else {
+                for (idx t = lo; t < hi; t++) {
+                    out[t] = (uint8_t)(row[t * g.sw] ^ flip);
+                }
+            }
+            for (idx t = hi; t < g.ow; t++) {
+                out[t] = pad;
+            }
+        }
+    }
+}
+
+typedef struct {
+    const uint8_t *b; /* K rows of `pixels` bytes: x itself (1x1) or the im2col matrix */
+    idx k, k4, pixels;
+    uint8_t flip;     /* 0x80 where b holds uint8 x as stored, else 0 */
+    int8_t *packed;   /* [blocks][k4][16 pixels][4 k] */
+    int32_t *colsum;  /* [blocks * 16] */
+} PackCall;
+
+/* Blocks [begin, end) of sixteen pixels into qgemm.c's packed layout, with each pixel's
+ * sum over K (ones (u8) x packed (s8) by VPDPBUSD: one instruction per four k). */
+AVX512_VNNI static void
+pack_range(void *ctx, idx begin, idx end)
+{
+    const PackCall *c = (const PackCall *)ctx;
+    const __m512i ones = _mm512_set1_epi8(1);
+    uint8_t rows[4][16];
+    for (idx blk = begin; blk < end; blk++) {
+        const idx p0 = blk * 16;
+        const idx count = p0 >= c->pixels ? 0 : (c->pixels - p0 < 16 ? c->pixels - p0 : 16);
+        int8_t *out = c->packed + blk * c->k4 * 64;
+        __m512i sums = _mm512_setzero_si512();
+        for (idx g4 = 0; g4 < c->k4; g4++, out += 64) {
+            const uint8_t *src[4];
+            for (int lane = 0; lane < 4; lane++) {
+                const idx k = 4 * g4 + lane;
+                const uint8_t *from = c->b + k * c->pixels + p0;
+                if (k < c->k && count == 16 && !c->flip) {
+                    src[lane] = from; /* read in place */
+                    continue;
+                }
+                memset(rows[lane], 0, 16);
+                for (idx t = 0; k < c->k && t < count; t++) {
+                    rows[lane][t] = (uint8_t)(from[t] ^ c->flip);
+                }
+                src[lane] = rows[lane];
+            }
+            interleave_4x16((const int8_t *)src[0], (const int8_t *)src[1], (const int8_t *)src[2],
+                            (const int8_t *)src[3], out);
+            sums = _mm512_dpbusd_epi32(sums, ones, _mm512_loadu_si512((const void *)out));
+        }
+        _mm512_storeu_si512((void *)(c->colsum + blk * 16), sums);
+    }
+}
+
+/* ---- the whole convolution ------------------------------------------------------------ */
+
+#endif
+
+static int
+parse_requant(double ys, int zy, int lo, int hi, void *out)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    Requant *r = (Requant *)out;
+    if (!(ys > 0.0) || !isfinite(ys) || lo > hi) {
+        PyErr_SetString(PyExc_ValueError, "qconv: y_scale must be positive and finite");
+        return -1;
+    }
+    r->ys = (float)ys;
+    r->zy = zy;
+    r->lo = lo;
+    r->hi = hi;
+    return 0;
+#else
+    (void)ys, (void)zy, (void)lo, (void)hi, (void)out;
+    PyErr_SetString(PyExc_RuntimeError, "qconv needs x86-64");
+    return -1;
+#endif
+}
+
+PyObject *
+py_qconv(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *ao, *rso, *zao, *bo, *sco, *yo, *geo;
+    Py_ssize_t m, group;
+    int flip, zb, zy, lo, hi;
+    double ys;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnniidiii", &xo, &ao, &rso, &zao, &bo, &sco, &yo, &geo, &m,
+                          &group, &flip, &zb, &ys, &zy, &lo, &hi)) {
+        return NULL;
+    }
+    Geometry g;
+    if (parse_geometry(geo, &g) < 0) {
+        return NULL;
+    }
+    if (!qgemm_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "qconv needs AVX-512 VNNI");
+        return NULL;
+    }
+    if (group < 1 || g.c % group || m % group || m < 1) {
+        PyErr_SetString(PyExc_ValueError, "qconv: channels not divisible by group");
+        return NULL;
+    }
+    const idx cg = g.c / group, mg = m / group, k = cg * g.kh * g.kw, pixels = g.oh * g.ow;
+    if (k >= (1 << 16)) {
+        PyErr_SetString(PyExc_ValueError, "qconv: K too large for the int8 GEMM");
+        return NULL;
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    Requant rqp;
+    if (parse_requant(ys, zy, lo, hi, &rqp) < 0) {
+        return NULL;
+    }
+    enum { X, A, RS, ZA, B, SC, Y, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_bytes(xo, &v[X], 0, g.n * g.c * g.h * g.w, 1, "x") < 0 ||
+        get_bytes(ao, &v[A], 0, m * k, 1, "a") < 0 || get_bytes(rso, &v[RS], 0, m, 4, "rowsum_a") < 0 ||
+        get_bytes(zao, &v[ZA], 0, m, 4, "zp_a") < 0 || get_bytes(bo, &v[B], 0, m, 4, "bias") < 0 ||
+        get_bytes(sco, &v[SC], 0, m, 8, "scale") < 0 ||
+        get_bytes(yo, &v[Y], 1, g.n * m * pixels, 1, "y") < 0) {
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    const idx k4 = (k + 3) / 4, blocks = ((pixels + 63) / 64) * 4;
+    /* a 1x1 convolution with unit strides and no padding reads x as its im2col matrix */
+    const int direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
+                       g.oh == g.h && g.ow == g.w;
+    int8_t *packed = (int8_t *)malloc((size_t)(blocks * k4 * 64 + 64));
+    int32_t *colsum = (int32_t *)malloc((size_t)(blocks * 16) * sizeof(int32_t));
+    int32_t *row_add = (int32_t *)malloc((size_t)m * sizeof(int32_t));
+    uint8_t *col = direct ? NULL : (uint8_t *)malloc((size_t)(k * pixels + 16));
+    if (packed == NULL || colsum == NULL || row_add == NULL || (!direct && col == NULL)) {
+        free(packed), free(colsum), free(row_add), free(col);
+        release_all(v, VIEWS);
+        return PyErr_NoMemory();
+    }
+    const uint8_t flip_byte = (uint8_t)(flip ? 0x80 : 0);
+    const int32_t *rowsum_a = (const int32_t *)v[RS].buf, *za = (const int32_t *)v[ZA].buf,
+                  *bias = (const int32_t *)v[B].buf;
+    Py_BEGIN_ALLOW_THREADS
+    /* each row's constant terms: bias - zb * rowsum(a) + K * za * zb, modulo 2**32 like the
+     * vector sums (the exact accumulator fits: K is bounded by the caller) */
+    for (idx row = 0; row < m; row++) {
+        row_add[row] = (int32_t)(uint32_t)((int64_t)bias[row] - (int64_t)zb * rowsum_a[row] +
+                                           (int64_t)k * za[row] * zb);
+    }
+    for (idx n = 0; n < g.n; n++) {
+        for (idx gi = 0; gi < group; gi++) {
+            const uint8_t *x = (const uint8_t *)v[X].buf + (n * g.c + gi * cg) * g.h * g.w;
+            PackCall pc = {x, k, k4, pixels, flip_byte, packed, colsum};
+            if (!direct) {
+                Im2colCall ic = {x, g, flip_byte, (uint8_t)(int8_t)zb, col};
+                ic.g.c = cg;
+                parallel_for(im2col_rows, &ic, k, 1 + MIN_PARALLEL_FLOATS / (pixels + 1));
+                pc.b = col;
+                pc.flip = 0;
+            }
+            parallel_for(pack_range, &pc, blocks, 1 + (1 << 16) / (k4 * 64));
+            const QgemmRequant rq = {row_add + gi * mg, za + gi * mg, colsum, (const double *)v[SC].buf + gi * mg,
+                                     rqp.ys, rqp.zy, rqp.lo, rqp.hi,
+                                     (uint8_t *)v[Y].buf + (n * m + gi * mg) * pixels, pixels};
+            qgemm_run((const uint8_t *)v[A].buf + gi * mg * k, k, packed, mg, pixels, k, NULL, &rq);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(packed), free(colsum), free(row_add), free(col);
+    release_all(v, VIEWS);
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError, "qconv needs x86-64");
+    return NULL;
+#endif
+}
+
+/* ---- depthwise ------------------------------------------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+typedef struct {
+    const uint8_t *x;
+    const int16_t *w; /* [C][kh * kw], zero point subtracted */
+    const int32_t *bias;
+    const double *rs;
+    Geometry g;       /* g.c: the channels */
+    uint8_t flip;
+    int32_t zx;       /* x's zero point as stored after the flip */
+    Requant r;
+    uint8_t *y;
+    volatile int failed; /* a worker could not get its scratch */
+} DepthwiseCall;
+
+/* Channels [begin, end) of all images (item = n * C + c). Each input plane is widened to
+ * float32 x - zero point (exact) and laid out in its phase planes (phases.c, padded with
+ * zeros), where every tap reads one contiguous run over all output rows at once (on rows
+ * of the phase width, whose few extra columns are dropped): a 14 x 14 or 7 x 7 plane is a
+ * handful of vectors per tap rather than a partly masked vector per row. The products and
+ * their sums are integers below 2**24 (the caller bounds kh * kw), so float32
+ * multiply-adds compute them exactly; four vectors are summed at once. */
+AVX512_REQUANT static void
+depthwise_range(void *ctx, idx begin, idx end)
+{
+    DepthwiseCall *c = (DepthwiseCall *)ctx;
+    const Geometry *g = &c->g;
+    const idx taps = g->kh * g->kw, hw = g->h * g->w;
+    PhaseWork work;
+    if (phase_work_open(&work, g) < 0) {
+        c->failed = 1;
+        return;
+    }
+    const PhaseLayout *p = &work.p;
+    float *plane = (float *)malloc((size_t)(hw + 16) * sizeof(float));
+    uint8_t *wide = (uint8_t *)malloc((size_t)(p->span + 64));
+    if (plane == NULL || wide == NULL) {
+        free(plane), free(wide);
+        phase_work_close(&work);
+        c->failed = 1;
+        return;
+    }
+    const __m512i vzx = _mm512_set1_epi32(c->zx);
+    const __m128i vflip = _mm_set1_epi8((char)c->flip);
+    for (idx item = begin; item < end; item++) {
+        const idx ch = item % g->c;
+        const uint8_t *x = c->x + item * hw;
+        for (idx i = 0; i < hw; i += 16) {
+            const idx left = hw - i;
+            const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+            const __m128i bytes = _mm_xor_si128(_mm_maskz_loadu_epi8(mask, x + i), vflip);
+            const __m512i v = _mm512_sub_epi32(_mm512_cvtepi8_epi32(bytes), vzx);
+            _mm512_mask_storeu_ps(plane + i, mask, _mm512_cvtepi32_ps(v));
+        }
+        fill_phases(plane, g, p, work.buf, 0.0f);
+        const int16_t *w = c->w + ch * taps;
+        Requant r = c->r;
+        r.rs = c->rs[ch];
+        const __m512i bias = _mm512_set1_epi32(c->bias[ch]);
+        for (idx e = 0; e < p->span; e += 64) {
+            __mmask16 m[4];
+            for (int q = 0; q < 4; q++) {
+                const idx left = p->span - e - 16 * q;
+                m[q] = left >= 16 ? (__mmask16)0xFFFF : (left <= 0 ? 0 : (__mmask16)((1u << left) - 1));
+            }
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            for (idx t = 0; t < taps; t++) {
+                const __m512 wv = _mm512_set1_ps((float)w[t]);
+                const float *src = work.buf + work.offsets[t] + e;
+                s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m[0], src), wv, s0);
+                s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m[1], src + 16), wv, s1);
+                s2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m[2], src + 32), wv, s2);
+                s3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m[3], src + 48), wv, s3);
+            }
+            /* requantized from the registers (a reload of stored sums would stall on
+             * store forwarding) */
+            const __m512 sums[4] = {s0, s1, s2, s3};
+            for (int q = 0; q < 4 && m[q]; q++) {
+                const __m512i t = _mm512_add_epi32(_mm512_cvtps_epi32(sums[q]), bias);
+                _mm512_mask_cvtepi32_storeu_epi8(wide + e + 16 * q, m[q], requant16(t, &r));
+            }
+        }
+        uint8_t *out = c->y + item * g->oh * g->ow;
+        if (p->wq == g->ow) {
+            memcpy(out, wide, (size_t)(g->oh * g->ow));
+        } else {
+            for (idx row = 0; row < g->oh; row++) {
+                memcpy(out + row * g->ow, wide + row * p->wq, (size_t)g->ow);
+            }
+        }
+    }
+    free(plane), free(wide);
+    phase_work_close(&work);
+}
+#endif
+
+PyObject *
+py_qconv_depthwise(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *wo, *bo, *sco, *yo, *geo;
+    int flip, zx, zy, lo, hi;
+    double ys;
+    if (!PyArg_ParseTuple(args, "OOOOOOiidiii", &xo, &wo, &bo, &sco, &yo, &geo, &flip, &zx, &ys, &zy,
+                          &lo, &hi)) {
+        return NULL;
+    }
+    Geometry g;
+    if (parse_geometry(geo, &g) < 0) {
+        return NULL;
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!qgemm_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "qconv_depthwise needs AVX-512");
+        return NULL;
+    }
+    Requant rq;
+    if (parse_requant(ys, zy, lo, hi, &rq) < 0) {
+        return NULL;
+    }
+    enum { X, W, B, SC, Y, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_bytes(xo, &v[X], 0, g.n * g.c * g.h * g.w, 1, "x") < 0 ||
+        get_bytes(wo, &v[W], 0, g.c * g.kh * g.kw, 2, "w") < 0 || get_bytes(bo, &v[B], 0, g.c, 4, "bias") < 0 ||
+        get_bytes(sco, &v[SC], 0, g.c, 8, "scale") < 0 ||
+        get_bytes(yo, &v[Y], 1, g.n * g.c * g.oh * g.ow, 1, "y") < 0) {
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    DepthwiseCall dc = {(const uint8_t *)v[X].buf, (const int16_t *)v[W].buf, (const int32_t *)v[B].buf,
+                        (const double *)v[SC].buf, g, (uint8_t)(flip ? 0x80 : 0), zx, rq,
+                        (uint8_t *)v[Y].buf, 0};
+    parallel_for(depthwise_range, &dc, g.n * g.c, 1 + MIN_PARALLEL_FLOATS / (g.oh * g.ow * g.kh * g.kw + 1));
+    failed = dc.failed;
+    Py_END_ALLOW_THREADS
+    release_all(v, VIEWS);
+    if (failed) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError, "qconv_depthwise needs x86-64");
+    return NULL;
+#endif
+}

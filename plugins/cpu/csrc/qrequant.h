@@ -1,0 +1,76 @@
+/* Requantization of int32 accumulators into 8-bit outputs, shared by the int8 GEMM's
+ * epilogue (qgemm.c) and the quantized convolutions (qconv.c). The steps are those of the
+ * reference kernels (onyxrt_ops.quantization: QLinearConv, QLinearMatMul), so results are
+ * bit-identical to them:
+ *
+ *     y = clamp(rint(float(double(t) * scale) / y_scale) + y_zero_point, lo, hi)
+ *
+ * with `scale` the float32 product x_scale * w_scale widened to double, the division in
+ * float32 and rint rounding half to even. x86-64 with AVX-512 (F, BW, DQ, VL) only: the
+ * callers run where the CPU has AVX-512 VNNI, which implies them. */
+#ifndef ONYXRT_QREQUANT_H
+#define ONYXRT_QREQUANT_H
+
+#include "native.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512_REQUANT __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+/* One row's parameters: its scale, and y's. */
+typedef struct {
+    double rs;
+    float ys;
+    int32_t zy, lo, hi;
+} Requant;
+
+/* Sixteen accumulators t requantized to int32 values in [lo, hi]. */
+AVX512_REQUANT static inline __m512i
+requant16(__m512i t, const Requant *r)
+{
+    const __m512d vrs = _mm512_set1_pd(r->rs);
+    const __m512d dlo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(t)), vrs);
+    const __m512d dhi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(t, 1)), vrs);
+    __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(dlo)), _mm512_cvtpd_ps(dhi), 1);
+    f = _mm512_roundscale_ps(_mm512_div_ps(f, _mm512_set1_ps(r->ys)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* |q| beyond 2**30 saturates either way; the clamp keeps the conversion exact */
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(-1073741824.0f)), _mm512_set1_ps(1073741824.0f));
+    const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(r->zy));
+    return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(r->lo)), _mm512_set1_epi32(r->hi));
+}
+
+/* A row of n accumulators: t = acc + add - za * colsum (colsum may be NULL), stored as
+ * bytes. */
+AVX512_REQUANT static inline void
+requantize_row(const int32_t *acc, const int32_t *colsum, int32_t add, int32_t za, idx n,
+               const Requant *r, uint8_t *y)
+{
+    const __m512i vadd = _mm512_set1_epi32(add), vza = _mm512_set1_epi32(za);
+    for (idx p = 0; p < n; p += 16) {
+        const idx left = n - p;
+        const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        __m512i t = _mm512_add_epi32(_mm512_maskz_loadu_epi32(mask, acc + p), vadd);
+        if (colsum != NULL) {
+            t = _mm512_sub_epi32(t, _mm512_mullo_epi32(vza, _mm512_maskz_loadu_epi32(mask, colsum + p)));
+        }
+        _mm512_mask_cvtepi32_storeu_epi8(y + p, mask, requant16(t, r));
+    }
+}
+#endif
+
+/* The int8 GEMM's requantizing epilogue (qgemm_run with one): row i of the product,
+ * t = raw + row_add[i] - row_za[i] * colsum[column], is requantized with row_scale[i] and
+ * stored as bytes at y + i * ldy, instead of the int32 sums. */
+typedef struct QgemmRequant {
+    const int32_t *row_add, *row_za, *colsum;
+    const double *row_scale;
+    float ys;
+    int32_t zy, lo, hi;
+    uint8_t *y;
+    idx ldy;
+} QgemmRequant;
+
+
+#endif

@@ -1,0 +1,177 @@
+"""Tests for QLinearConv's integer kernels (csrc/qconv.c through
+onyxrt_cpu.kernels.quantization.QLinearConv): with constant weights they must give the
+numpy path's bytes exactly (the same exact accumulator, the same float requantization
+steps), and onnxruntime's within one quantization step (its requantization rounds its own
+way), on odd shapes: every 8-bit type pairing, per-tensor and per-channel weights with and
+without zero points, groups, depthwise, strides, dilations, asymmetric and "same" padding,
+1-D, batches, widths that are no multiple of sixteen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyxrt
+from onyxrt_cpu import native
+
+needs_vnni = pytest.mark.skipif(not native.QGEMM, reason="the integer kernels need AVX-512 VNNI")
+
+_TYPES = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8}
+
+
+def _ints(rng, dtype, size):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, size=size, dtype=dtype)
+
+
+def _model(x_dtype, w, w_scale, w_zero, y_dtype, bias, constant_w, **attrs):
+    """QLinearConv with x, x_scale, x_zero_point, y_scale, y_zero_point as inputs and w
+    (an initializer when ``constant_w``), its scale and zero point, the bias constants."""
+    inits = [numpy_helper.from_array(w_scale, "ws"), numpy_helper.from_array(w_zero, "wz")]
+    inputs = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    graph_inputs = [
+        helper.make_tensor_value_info("x", _TYPES[np.dtype(x_dtype)], None),
+        helper.make_tensor_value_info("xs", TensorProto.FLOAT, []),
+        helper.make_tensor_value_info("xz", _TYPES[np.dtype(x_dtype)], []),
+        helper.make_tensor_value_info("ys", TensorProto.FLOAT, []),
+        helper.make_tensor_value_info("yz", _TYPES[np.dtype(y_dtype)], []),
+    ]
+    if constant_w:
+        inits.append(numpy_helper.from_array(w, "w"))
+    else:
+        graph_inputs.append(helper.make_tensor_value_info("w", _TYPES[w.dtype], None))
+    if bias is not None:
+        inits.append(numpy_helper.from_array(bias, "b"))
+        inputs.append("b")
+    node = helper.make_node("QLinearConv", inputs, ["y"], **attrs)
+    graph = helper.make_graph([node], "qconv", graph_inputs,
+                              [helper.make_tensor_value_info("y", _TYPES[np.dtype(y_dtype)], None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _case(seed, x_dtype, w_dtype, x_shape, w_shape, per_channel, w_zero, with_bias, **attrs):
+    rng = np.random.default_rng(seed)
+    y_dtype = x_dtype
+    m = w_shape[0]
+    x = _ints(rng, x_dtype, x_shape)
+    w = _ints(rng, w_dtype, w_shape)
+    n_scales = m if per_channel else 1
+    w_scale = rng.uniform(0.001, 0.01, size=n_scales).astype(np.float32)
+    if w_zero:
+        lo, hi = (-5, 5) if w_dtype == np.int8 else (100, 150)
+        wz = rng.integers(lo, hi, size=n_scales).astype(w_dtype)
+    else:
+        wz = np.zeros(n_scales, w_dtype)
+    if not per_channel:
+        w_scale, wz = w_scale.reshape(()), wz.reshape(())
+    bias = rng.integers(-5000, 5000, size=m).astype(np.int32) if with_bias else None
+    info = np.iinfo(x_dtype)
+    feeds = {
+        "x": x,
+        "xs": np.array(rng.uniform(0.01, 0.05), np.float32),
+        "xz": np.array(rng.integers(info.min // 2 + 5, info.max // 2), x_dtype),
+        "ys": np.array(rng.uniform(0.05, 0.5), np.float32),
+        "yz": np.array(3 if y_dtype == np.int8 else 120, y_dtype),
+    }
+    models = {c: _model(x_dtype, w, w_scale, wz, y_dtype, bias, c, **attrs) for c in (True, False)}
+    return models, feeds, w
+
+
+def _run(model, feeds):
+    sess = onyxrt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+@pytest.fixture
+def integer_calls(monkeypatch):
+    """Counts of the integer kernels' calls (GEMM path, depthwise path)."""
+    calls = {"gemm": 0, "depthwise": 0}
+
+    def counted(name, fn):
+        def wrapper(*args):
+            calls[name] += 1
+            return fn(*args)
+        return wrapper
+
+    monkeypatch.setattr(native, "qconv", counted("gemm", native.qconv))
+    monkeypatch.setattr(native, "qconv_depthwise", counted("depthwise", native.qconv_depthwise))
+    return calls
+
+
+# (x shape, w shape, attributes): odd sizes, every geometry the kernels distinguish.
+GEOMETRIES = [
+    ((2, 3, 17, 19), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 16, 14, 14), (32, 16, 1, 1), {}),  # 1x1: x read as its own im2col matrix
+    ((2, 5, 9, 23), (7, 5, 3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 8, 11, 13), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # depthwise
+    ((2, 8, 12, 12), (8, 1, 3, 3), dict(group=8, strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 6, 7, 9), (6, 1, 3, 3), dict(group=6, strides=[3, 2], pads=[0, 2, 1, 0])),
+    ((1, 6, 10, 10), (12, 2, 3, 3), dict(group=3, dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((1, 4, 7, 7), (6, 2, 5, 5), dict(group=2, pads=[2, 2, 2, 2])),
+    ((1, 4, 6, 6), (8, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),  # channel multiplier 2
+    ((1, 3, 33, 1), (5, 3, 7, 1), dict(pads=[3, 0, 3, 0])),
+    ((1, 9, 13, 13), (9, 1, 3, 3), dict(group=9, dilations=[2, 2], auto_pad="SAME_UPPER")),
+    ((1, 10, 15, 15), (20, 10, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+    ((2, 4, 37), (6, 4, 5), dict(strides=[2], pads=[1, 2])),  # 1-D
+    ((1, 64, 20, 20), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+]
+TYPE_PAIRS = [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)]
+
+
+@needs_vnni
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "x".join(map(str, g[1])) + str(sorted(g[2])))
+@pytest.mark.parametrize("types", TYPE_PAIRS, ids=lambda t: f"{np.dtype(t[0])}-{np.dtype(t[1])}")
+@pytest.mark.parametrize("per_channel,w_zero", [(False, False), (True, True)])
+def test_integer_kernel_is_bit_identical_to_the_numpy_path(geometry, types, per_channel, w_zero, integer_calls):
+    x_shape, w_shape, attrs = geometry
+    models, feeds, w = _case(len(x_shape) + w_shape[0], *types, x_shape, w_shape, per_channel, w_zero,
+                             True, **attrs)
+    fast = _run(models[True], feeds)
+    assert sum(integer_calls.values()) == 1, "the integer kernel did not run"
+    depthwise = attrs.get("group", 1) == x_shape[1] == w_shape[0]
+    assert integer_calls["depthwise" if depthwise else "gemm"] == 1
+    reference = _run(models[False], {**feeds, "w": w})
+    assert fast.dtype == reference.dtype and fast.shape == reference.shape
+    np.testing.assert_array_equal(fast, reference)
+
+
+@needs_vnni
+@pytest.mark.parametrize("geometry", GEOMETRIES[:6] + GEOMETRIES[-2:], ids=lambda g: "x".join(map(str, g[1])))
+def test_integer_kernel_against_onnxruntime(geometry):
+    ort = pytest.importorskip("onnxruntime")
+    x_shape, w_shape, attrs = geometry
+    models, feeds, _ = _case(7, np.uint8, np.int8, x_shape, w_shape, False, False, True, **attrs)
+    ours = _run(models[True], feeds)
+    theirs = ort.InferenceSession(models[True].SerializeToString(),
+                                  providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    # onnxruntime requantizes with its own float steps: at most one step apart
+    assert np.abs(ours.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
+    assert np.mean(ours == theirs) > 0.95
+
+
+@needs_vnni
+def test_integer_kernel_without_bias_and_extreme_values(integer_calls):
+    """Saturation at both ends and zero points at the type's limits."""
+    rng = np.random.default_rng(3)
+    x = np.where(rng.random((1, 8, 9, 9)) < 0.5, 0, 255).astype(np.uint8)
+    w = np.where(rng.random((16, 8, 3, 3)) < 0.5, -128, 127).astype(np.int8)
+    model = _model(np.uint8, w, np.array(0.5, np.float32), np.array(0, np.int8), np.uint8, None, True,
+                   pads=[1, 1, 1, 1])
+    feeds = {"x": x, "xs": np.array(0.02, np.float32), "xz": np.array(255, np.uint8),
+             "ys": np.array(0.01, np.float32), "yz": np.array(0, np.uint8)}
+    fast = _run(model, feeds)
+    assert integer_calls["gemm"] == 1
+    slow = _run(_model(np.uint8, w, np.array(0.5, np.float32), np.array(0, np.int8), np.uint8, None, False,
+                       pads=[1, 1, 1, 1]), {**feeds, "w": w})
+    np.testing.assert_array_equal(fast, slow)
+    assert fast.min() == 0 and fast.max() == 255  # both ends saturate
+
+
+def test_without_the_kernel_the_numpy_path_runs(monkeypatch):
+    """Where the CPU has no VNNI (or the weights are no constant) QLinearConv still runs."""
+    monkeypatch.setattr(native, "QGEMM", False)
+    models, feeds, w = _case(1, np.uint8, np.int8, (1, 3, 8, 8), (4, 3, 3, 3), False, False, True, pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(_run(models[True], feeds), _run(models[False], {**feeds, "w": w}))
+
