@@ -320,9 +320,18 @@ def _qdq_conv_group_model(*, bias_scale: float | None = None, x_type=np.uint8, p
     return make_model(nodes, [tensor("x", [1, 3, 9, 9])], outputs, inits, opset=17)
 
 
+@pytest.fixture
+def integer_cpu(monkeypatch):
+    """The CPU provider offering integer QDQ kernels, as it does with AVX-512 VNNI (without,
+    QLinearConv runs its numpy path: slower, the same results)."""
+    from onyxrt_cpu.provider import CPUExecutionProvider
+
+    monkeypatch.setattr(CPUExecutionProvider, "integer_qdq", True)
+
+
 @pytest.mark.parametrize("x_type", [np.uint8, np.int8])
 @pytest.mark.parametrize("per_channel", [True, False])
-def test_qdq_convolution_group_becomes_qlinearconv(tmp_path, x_type, per_channel):
+def test_qdq_convolution_group_becomes_qlinearconv(tmp_path, x_type, per_channel, integer_cpu):
     model = _qdq_conv_group_model(x_type=x_type, per_channel=per_channel)
     ops = _optimized_ops(model, tmp_path)
     assert ops == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"], ops
@@ -338,7 +347,32 @@ def test_qdq_convolution_group_becomes_qlinearconv(tmp_path, x_type, per_channel
     assert np.abs(fused - theirs).max() <= 0.05 * 1.0001
 
 
-def test_qdq_convolution_groups_that_stay_float(tmp_path):
+def test_qdq_residual_add_becomes_qlinearadd(tmp_path, integer_cpu):
+    """Two QDQ branches added and quantized again (a residual connection): one QLinearAdd,
+    at most one step of y from the float graph and from onnxruntime."""
+    nodes = []
+    inits = {"ys": np.array(0.04, np.float32), "yz": np.array(-3, np.int8)}
+    for i, (s, z) in enumerate(((0.02, 5), (0.03, -7))):
+        inits[f"s{i}"], inits[f"z{i}"] = np.array(s, np.float32), np.array(z, np.int8)
+        nodes += [helper.make_node("QuantizeLinear", [f"x{i}", f"s{i}", f"z{i}"], [f"q{i}"], name=f"q{i}"),
+                  helper.make_node("DequantizeLinear", [f"q{i}", f"s{i}", f"z{i}"], [f"d{i}"], name=f"dq{i}")]
+    nodes += [helper.make_node("Add", ["d0", "d1"], ["sum"], name="add"),
+              helper.make_node("QuantizeLinear", ["sum", "ys", "yz"], ["yq"], name="q_y"),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], name="dq_y")]
+    model = make_model(nodes, [tensor("x0", [2, 8, 5, 5]), tensor("x1", [2, 8, 5, 5])], [tensor("y", [2, 8, 5, 5])],
+                       inits, opset=17)
+    ops = _optimized_ops(model, tmp_path)
+    assert ops.count("QLinearAdd") == 1 and "Add" not in ops, ops
+    feeds = {"x0": _randn(2, 8, 5, 5), "x1": _randn(2, 8, 5, 5, seed=1)}
+    plain = _session(model, LEVEL.ORT_DISABLE_ALL).run(None, feeds)[0]
+    fused = _session(model).run(None, feeds)[0]
+    assert np.abs(fused - plain).max() <= 0.04 * 1.0001
+    ort = pytest.importorskip("onnxruntime")
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.abs(fused - theirs).max() <= 0.04 * 1.0001
+
+
+def test_qdq_convolution_groups_that_stay_float(tmp_path, integer_cpu, monkeypatch):
     # a bias quantized with another scale than x_scale * w_scale: QLinearConv cannot take it
     assert "QLinearConv" not in _optimized_ops(_qdq_conv_group_model(bias_scale=0.5), tmp_path)
     # the Conv's float output is read elsewhere (a graph output)
@@ -357,6 +391,11 @@ def test_qdq_convolution_groups_that_stay_float(tmp_path):
         ops = _optimized_ops(_qdq_conv_group_model(), tmp_path,
                              providers=["SimNPUExecutionProvider", "CPUExecutionProvider"])
         assert "QLinearConv" not in ops and "Conv" in ops, ops
+    # a provider without integer kernels for them (a GPU; the CPU without VNNI)
+    from onyxrt_cpu.provider import CPUExecutionProvider
+
+    monkeypatch.setattr(CPUExecutionProvider, "integer_qdq", False)
+    assert "QLinearConv" not in _optimized_ops(_qdq_conv_group_model(), tmp_path)
 
 
 def test_identity_cast_and_dead_nodes_are_removed(tmp_path):

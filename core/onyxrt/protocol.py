@@ -190,6 +190,13 @@ class ExecutionProvider(abc.ABC):
     #: creation (a float kernel then sees a constant weight: packed once, not dequantized
     #: and repacked on every run); when one does, those nodes are kept for it.
     uses_qdq_groups: ClassVar[bool] = False
+    #: Whether the provider runs a QDQ model's groups faster as integer operators
+    #: (``QLinearConv``) than its float kernels run the dequantized group. The optimizer
+    #: fuses DequantizeLinear → Conv → QuantizeLinear into QLinearConv only when every
+    #: provider of the session says so, as onnxruntime's QDQ transformer fuses only for the
+    #: providers with integer kernels (its CPU provider). The CPU provider sets it where its
+    #: int8 kernels run (AVX-512 VNNI).
+    integer_qdq: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = (

@@ -405,6 +405,7 @@ class InferenceSession:
         ctx = PassContext(
             can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants,
             infer_shapes=infer, fold_dequantized_weights=not any(p.uses_qdq_groups for p in providers),
+            fuse_qdq_groups=all(p.integer_qdq for p in providers),
             arrays=self._loaded.arrays,
         )
         proto = optimize(proto, self._sess_options.graph_optimization_level, infer, ctx, self._disabled_passes,

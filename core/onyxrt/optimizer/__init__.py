@@ -45,7 +45,7 @@ from .elementwise_fusion import fuse_elementwise
 from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
 from .pad_fusion import fuse_pad
-from .quantization_fusions import fuse_integer_matmul, fuse_matmul_nbits_bias, fuse_qdq_conv
+from .quantization_fusions import fuse_integer_matmul, fuse_matmul_nbits_bias, fuse_qdq_groups
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 from .transformer_fusions import fuse_gelu, fuse_layer_norm
 
@@ -85,7 +85,7 @@ STRUCTURAL_PASSES: tuple[Pass, ...] = (
 # After shape inference, in order.
 PASSES: tuple[Pass, ...] = (
     # Before constant folding, which would dequantize the QDQ groups' weights into floats.
-    Pass("fuse_qdq_conv", EXTENDED, fuse_qdq_conv),
+    Pass("fuse_qdq_groups", EXTENDED, fuse_qdq_groups),
     Pass("fold_constants", BASIC, fold_constants),
     Pass("fold_casts", BASIC, _plain(fold_casts)),
     Pass("fuse_pad", BASIC, fuse_pad),
@@ -130,7 +130,7 @@ ONNXRUNTIME_OPTIMIZER_NAMES: dict[str, tuple[str, ...]] = {
     "DynamicQuantizeMatMulFusion": ("fuse_integer_matmul",),
     "ConvAddActivationFusion": ("fuse_conv_activation",),
     "NchwcTransformer": ("convert_to_nchwc",),
-    "QDQSelectorActionTransformer": ("fuse_qdq_conv",),
+    "QDQSelectorActionTransformer": ("fuse_qdq_groups",),
 }
 
 

@@ -3,7 +3,9 @@ MatMulIntegerToFloatFusion, DynamicQuantizeMatMulFusion and QDQ transformer make
 
 QDQ models (``quantize_static`` in QDQ format) write every convolution as
 DequantizeLinear(x_q), DequantizeLinear(w_q), DequantizeLinear(b_q) → Conv → QuantizeLinear;
-:func:`fuse_qdq_conv` makes that group one ``QLinearConv`` whose kernel runs in integers.
+:func:`fuse_qdq_groups` makes that group one ``QLinearConv`` whose kernel runs in integers
+(and a residual DequantizeLinear, DequantizeLinear → Add → QuantizeLinear one
+``QLinearAdd``).
 
 onnxruntime's ``quantize_dynamic`` writes every linear layer as
 
@@ -35,7 +37,7 @@ from onnx import helper
 from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op, other_input
 from .support import PassContext
 
-__all__ = ["fuse_integer_matmul", "fuse_matmul_nbits_bias", "fuse_qdq_conv"]
+__all__ = ["fuse_integer_matmul", "fuse_matmul_nbits_bias", "fuse_qdq_groups"]
 
 _MS = "com.microsoft"
 _FLOAT = onnx.TensorProto.FLOAT
@@ -148,6 +150,12 @@ def _per_tensor(rw: Rewrite, scale: str, zero_point: str) -> bool:
             and z.dtype in (np.int8, np.uint8))
 
 
+def _dtype(rw: Rewrite, name: str) -> np.dtype | None:
+    """The type of constant ``name``."""
+    value = rw.array(name)
+    return None if value is None else value.dtype
+
+
 def _dq_inputs(dq: onnx.NodeProto) -> tuple[str, str, str]:
     return dq.input[0], dq.input[1], dq.input[2] if len(dq.input) > 2 else ""
 
@@ -156,24 +164,36 @@ def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
     return next((int(a.i) for a in node.attribute if a.name == name), default)
 
 
-def fuse_qdq_conv(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
-    """DequantizeLinear(x) → Conv(·, DequantizeLinear(w), [DequantizeLinear(b)]) →
-    QuantizeLinear → ``QLinearConv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, y_scale, y_zp,
-    [b_q])``, as onnxruntime's QDQ transformer turns these groups into QLinearConv.
+def fuse_qdq_groups(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
+    """A QDQ model's groups into integer operators, as onnxruntime's QDQ transformer makes
+    them: convolutions into ``QLinearConv`` (:func:`_fuse_qdq_conv`), residual additions
+    into ``com.microsoft::QLinearAdd`` (:func:`_fuse_qdq_add`).
 
-    Only where every provider of the session runs QLinearConv and none reads QDQ groups
-    itself (an NPU quantizing from them), with: x and y per tensor (constant float32 scale,
-    8-bit zero point); constant 8-bit weights, per tensor or per output channel (axis 0);
-    an int32 bias whose scale is x_scale * w_scale (as the quantizer writes it), or none;
-    the Conv's output read by that QuantizeLinear alone. The fused kernel accumulates the
-    same integer products exactly; rounding the float bias-free product once instead of
-    twice may move an output by one step, as it does in onnxruntime. Run before constant
+    Only where every provider of the session runs them in integers
+    (``PassContext.fuse_qdq_groups``: the CPU with its int8 kernels; a GPU would trade its
+    float kernels for slower ones) and none reads QDQ groups itself (an NPU quantizing from
+    them), and each operator only where every provider has it. Run before constant
     folding, which would dequantize the weights into float constants."""
-    if (not has_op(model.graph, "Conv") or not ctx.fold_dequantized_weights
-            or not ctx.can_run("", "QLinearConv")):
+    if not ctx.fold_dequantized_weights or not ctx.fuse_qdq_groups or not has_op(model.graph, "QuantizeLinear"):
         return model
     rw = Rewrite(model, ctx.arrays)
-    for conv in model.graph.node:
+    if ctx.can_run("", "QLinearConv"):
+        _fuse_qdq_conv(rw)
+    if ctx.can_run(_MS, "QLinearAdd") and _fuse_qdq_add(rw):
+        rw.require_domain(_MS, 1)
+    return rw.commit()
+
+
+def _fuse_qdq_conv(rw: Rewrite) -> None:
+    """DequantizeLinear(x) → Conv(·, DequantizeLinear(w), [DequantizeLinear(b)]) →
+    QuantizeLinear → ``QLinearConv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, y_scale, y_zp,
+    [b_q])``, with: x and y per tensor (constant float32 scale, 8-bit zero point);
+    constant 8-bit weights, per tensor or per output channel (axis 0); an int32 bias whose
+    scale is x_scale * w_scale (as the quantizer writes it), or none; the Conv's output
+    read by that QuantizeLinear alone. The fused kernel accumulates the same integer
+    products exactly; rounding the product once instead of twice may move an output by
+    one step, as it does in onnxruntime."""
+    for conv in rw.graph.node:
         if not _default(conv, "Conv") or rw.is_removed(conv) or len(conv.input) < 2:
             continue
         dqx = rw.produced_by(conv.input[0], "DequantizeLinear")
@@ -214,7 +234,34 @@ def fuse_qdq_conv(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
         fused = helper.make_node("QLinearConv", inputs, [q.output[0]], name=conv.name)
         fused.attribute.extend(conv.attribute)
         rw.replace(pattern, [fused])
-    return rw.commit()
+
+
+def _fuse_qdq_add(rw: Rewrite) -> bool:
+    """DequantizeLinear(a), DequantizeLinear(b) → Add → QuantizeLinear →
+    ``com.microsoft::QLinearAdd(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)``, all
+    per tensor and of one 8-bit type (a residual connection of a QDQ model): each operand
+    scaled by its ratio to y's scale, added and rounded once, as onnxruntime's QLinearAdd
+    does. Whether anything fused."""
+    fused = False
+    for add in rw.graph.node:
+        if not _default(add, "Add") or rw.is_removed(add) or len(add.input) != 2 or add.input[0] == add.input[1]:
+            continue
+        dqs = [rw.produced_by(name, "DequantizeLinear") for name in add.input]
+        q = rw.sole_consumer(add.output[0])
+        if any(dq is None for dq in dqs) or not _default(q, "QuantizeLinear") or len(q.input) < 3:
+            continue
+        params = [_dq_inputs(dq) for dq in dqs if dq is not None]
+        if (not all(_per_tensor(rw, scale, zp) for _, scale, zp in params)
+                or not _per_tensor(rw, q.input[1], q.input[2])
+                or len({_dtype(rw, zp) for zp in (params[0][2], params[1][2], q.input[2])}) != 1):
+            continue
+        pattern = [add, q] + [dq for dq in dqs if dq is not None and rw.feeds_only(dq.output[0], add)]
+        if not rw.claimable(pattern):
+            continue
+        inputs = [*params[0], *params[1], q.input[1], q.input[2]]
+        rw.replace(pattern, [helper.make_node("QLinearAdd", inputs, [q.output[0]], name=add.name, domain=_MS)])
+        fused = True
+    return fused
 
 
 def _integer_bias(rw: Rewrite, conv: onnx.NodeProto, x_scale: float, w_scale: np.ndarray,

@@ -62,3 +62,6 @@ class PassContext:
     #: constants: false when a provider of the session reads QDQ groups
     #: (:attr:`~onyxrt.protocol.ExecutionProvider.uses_qdq_groups`).
     fold_dequantized_weights: bool = False
+    #: Whether every provider of the session runs QDQ groups as integer operators
+    #: (:attr:`~onyxrt.protocol.ExecutionProvider.integer_qdq`).
+    fuse_qdq_groups: bool = False

@@ -10,6 +10,9 @@ static PyMethodDef methods[] = {
     {"qgemm_pack", py_qgemm_pack, METH_VARARGS,
      "qgemm_pack(b, packed, column_sums, k, n): int8 b (k x n) in qgemm_u8s8's layout, and its "
      "column sums in int32."},
+    {"qlinear_add", py_qlinear_add, METH_VARARGS,
+     "qlinear_add(a, b, y, za, zb, ra, rb, zc, signed): QLinearAdd of two 8-bit tensors of one "
+     "shape in one pass."},
     {"qconv", py_qconv, METH_VARARGS,
      "qconv(x, a, rowsum_a, zp_a, bias, scale, y, geometry, flip, zp_b, y_scale, y_zero_point, "
      "lo, hi): QLinearConv of 8-bit NCHW x by the weights a (uint8, M x K per group) through "

@@ -163,6 +163,7 @@ PyObject *py_qgemm_u8s8(PyObject *self, PyObject *args);
 PyObject *py_qgemm_supported(PyObject *self, PyObject *args);
 PyObject *py_qgemm_pack(PyObject *self, PyObject *args);
 PyObject *py_qconv(PyObject *self, PyObject *args);
+PyObject *py_qlinear_add(PyObject *self, PyObject *args);
 PyObject *py_qconv_depthwise(PyObject *self, PyObject *args);
 
 /* qgemm.c: whether the CPU has AVX-512 VNNI, and C (m x n, int32, raw sums) = A (uint8,
@@ -173,23 +174,6 @@ int qgemm_supported(void);
 void qgemm_run(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, int32_t *c,
                const struct QgemmRequant *rq);
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-/* Four rows of sixteen bytes interleaved into the packed layout of qgemm.c: out[4 j + r] =
- * row r's byte j (64 bytes). */
-static inline void
-interleave_4x16(const int8_t *r0, const int8_t *r1, const int8_t *r2, const int8_t *r3, int8_t *out)
-{
-    const __m128i v0 = _mm_loadu_si128((const __m128i *)r0), v1 = _mm_loadu_si128((const __m128i *)r1);
-    const __m128i v2 = _mm_loadu_si128((const __m128i *)r2), v3 = _mm_loadu_si128((const __m128i *)r3);
-    const __m128i lo01 = _mm_unpacklo_epi8(v0, v1), hi01 = _mm_unpackhi_epi8(v0, v1);
-    const __m128i lo23 = _mm_unpacklo_epi8(v2, v3), hi23 = _mm_unpackhi_epi8(v2, v3);
-    _mm_storeu_si128((__m128i *)out, _mm_unpacklo_epi16(lo01, lo23));
-    _mm_storeu_si128((__m128i *)(out + 16), _mm_unpackhi_epi16(lo01, lo23));
-    _mm_storeu_si128((__m128i *)(out + 32), _mm_unpacklo_epi16(hi01, hi23));
-    _mm_storeu_si128((__m128i *)(out + 48), _mm_unpackhi_epi16(hi01, hi23));
-}
-#endif
 
 /* x and y of an elementwise or row-wise call; `n` floats per row (1: elementwise), or a
  * kernel's own parameter for elementwise ranges that need one. */

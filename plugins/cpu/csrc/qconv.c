@@ -113,47 +113,116 @@ im2col_rows(void *ctx, idx begin, idx end)
     }
 }
 
+/* The longest kernel side the shifted packing handles (its per-quad masks live on the
+ * stack); longer ones take the im2col matrix. */
+#define SHIFT_MAX_TAPS 16
+
 typedef struct {
-    const uint8_t *b; /* K rows of `pixels` bytes: x itself (1x1) or the im2col matrix */
+    /* Row k of the im2col matrix is b + koff[k] read at the output pixels: the matrix
+     * itself (koff[k] = k * pixels), or, for unit strides where the output rows are as
+     * wide as the input's (`shifted`), the image at a flat offset, valid where the tap
+     * (ki[k], kj[k]) lands inside the image (elsewhere the padding byte). */
+    const uint8_t *b;
+    const idx *koff;
+    const uint8_t *ki, *kj;
+    int shifted;
+    Geometry g;
     idx k, k4, pixels;
     uint8_t flip;     /* 0x80 where b holds uint8 x as stored, else 0 */
+    uint8_t pad;      /* the padding byte, as stored in the packed matrix */
     int8_t *packed;   /* [blocks][k4][16 pixels][4 k] */
     int32_t *colsum;  /* [blocks * 16] */
 } PackCall;
 
-/* Blocks [begin, end) of sixteen pixels into qgemm.c's packed layout, with each pixel's
- * sum over K (ones (u8) x packed (s8) by VPDPBUSD: one instruction per four k). */
+/* For the 64 pixels from p0 (count of them real): which lie where tap row i (column j)
+ * reads inside the image. */
+static void
+tap_masks(const Geometry *g, idx p0, idx count, __mmask64 *rows, __mmask64 *cols)
+{
+    for (idx i = 0; i < g->kh; i++) {
+        rows[i] = 0;
+    }
+    for (idx j = 0; j < g->kw; j++) {
+        cols[j] = 0;
+    }
+    idx oh = p0 / g->ow, ow = p0 % g->ow;
+    for (idx t = 0; t < count; t++) {
+        const __mmask64 bit = (__mmask64)1 << t;
+        for (idx i = 0; i < g->kh; i++) {
+            const idx ih = oh + i * g->dh - g->ph;
+            rows[i] |= (ih >= 0 && ih < g->h) ? bit : 0;
+        }
+        for (idx j = 0; j < g->kw; j++) {
+            const idx iw = ow + j * g->dw - g->pw;
+            cols[j] |= (iw >= 0 && iw < g->w) ? bit : 0;
+        }
+        if (++ow == g->ow) {
+            ow = 0;
+            oh++;
+        }
+    }
+}
+
+/* Quads [begin, end) of four blocks (64 pixels) into qgemm.c's packed layout, with each
+ * pixel's sum over K (ones (u8) x packed (s8) by VPDPBUSD: one instruction per four k).
+ * Per four k: four 64-byte row loads (masked: lanes outside the image or past the last
+ * pixel take the padding byte), byte and word interleaves within each 128-bit lane (lane
+ * L then holds block L's group in four quarters spread over four registers) and a 4 x 4
+ * transpose of the lanes. */
 AVX512_VNNI static void
 pack_range(void *ctx, idx begin, idx end)
 {
     const PackCall *c = (const PackCall *)ctx;
-    const __m512i ones = _mm512_set1_epi8(1);
-    uint8_t rows[4][16];
-    for (idx blk = begin; blk < end; blk++) {
-        const idx p0 = blk * 16;
-        const idx count = p0 >= c->pixels ? 0 : (c->pixels - p0 < 16 ? c->pixels - p0 : 16);
-        int8_t *out = c->packed + blk * c->k4 * 64;
-        __m512i sums = _mm512_setzero_si512();
-        for (idx g4 = 0; g4 < c->k4; g4++, out += 64) {
-            const uint8_t *src[4];
+    const __m512i ones = _mm512_set1_epi8(1), flip = _mm512_set1_epi8((char)c->flip);
+    /* loaded under the masks, then flipped with the rest: the padding byte comes out */
+    const __m512i fill = _mm512_set1_epi8((char)(c->pad ^ c->flip));
+    const idx block_bytes = c->k4 * 64;
+    __mmask64 rows[SHIFT_MAX_TAPS], cols[SHIFT_MAX_TAPS];
+    for (idx quad = begin; quad < end; quad++) {
+        const idx p0 = quad * 64;
+        const idx count = p0 >= c->pixels ? 0 : (c->pixels - p0 < 64 ? c->pixels - p0 : 64);
+        const __mmask64 mask = count >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << count) - 1);
+        if (c->shifted) {
+            tap_masks(&c->g, p0, count, rows, cols);
+        }
+        int8_t *out = c->packed + quad * 4 * block_bytes;
+        __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+        for (idx g4 = 0; g4 < c->k4; g4++) {
+            __m512i v[4];
             for (int lane = 0; lane < 4; lane++) {
                 const idx k = 4 * g4 + lane;
-                const uint8_t *from = c->b + k * c->pixels + p0;
-                if (k < c->k && count == 16 && !c->flip) {
-                    src[lane] = from; /* read in place */
+                if (k >= c->k) {
+                    v[lane] = _mm512_setzero_si512();
                     continue;
                 }
-                memset(rows[lane], 0, 16);
-                for (idx t = 0; k < c->k && t < count; t++) {
-                    rows[lane][t] = (uint8_t)(from[t] ^ c->flip);
-                }
-                src[lane] = rows[lane];
+                const __mmask64 valid = c->shifted ? rows[c->ki[k]] & cols[c->kj[k]] : mask;
+                /* masked-off lanes do not fault: the shifted address may lie outside x */
+                const uint8_t *src = c->b + c->koff[k] + p0;
+                v[lane] = _mm512_xor_si512(_mm512_mask_loadu_epi8(fill, valid, src), flip);
             }
-            interleave_4x16((const int8_t *)src[0], (const int8_t *)src[1], (const int8_t *)src[2],
-                            (const int8_t *)src[3], out);
-            sums = _mm512_dpbusd_epi32(sums, ones, _mm512_loadu_si512((const void *)out));
+            const __m512i lo01 = _mm512_unpacklo_epi8(v[0], v[1]), hi01 = _mm512_unpackhi_epi8(v[0], v[1]);
+            const __m512i lo23 = _mm512_unpacklo_epi8(v[2], v[3]), hi23 = _mm512_unpackhi_epi8(v[2], v[3]);
+            const __m512i r0 = _mm512_unpacklo_epi16(lo01, lo23), r1 = _mm512_unpackhi_epi16(lo01, lo23);
+            const __m512i r2 = _mm512_unpacklo_epi16(hi01, hi23), r3 = _mm512_unpackhi_epi16(hi01, hi23);
+            const __m512i t0 = _mm512_shuffle_i64x2(r0, r1, 0x44), t1 = _mm512_shuffle_i64x2(r0, r1, 0xEE);
+            const __m512i t2 = _mm512_shuffle_i64x2(r2, r3, 0x44), t3 = _mm512_shuffle_i64x2(r2, r3, 0xEE);
+            const __m512i b0 = _mm512_shuffle_i64x2(t0, t2, 0x88), b1 = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+            const __m512i b2 = _mm512_shuffle_i64x2(t1, t3, 0x88), b3 = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+            int8_t *at = out + g4 * 64;
+            _mm512_storeu_si512((void *)at, b0);
+            _mm512_storeu_si512((void *)(at + block_bytes), b1);
+            _mm512_storeu_si512((void *)(at + 2 * block_bytes), b2);
+            _mm512_storeu_si512((void *)(at + 3 * block_bytes), b3);
+            s0 = _mm512_dpbusd_epi32(s0, ones, b0);
+            s1 = _mm512_dpbusd_epi32(s1, ones, b1);
+            s2 = _mm512_dpbusd_epi32(s2, ones, b2);
+            s3 = _mm512_dpbusd_epi32(s3, ones, b3);
         }
-        _mm512_storeu_si512((void *)(c->colsum + blk * 16), sums);
+        int32_t *sums = c->colsum + quad * 64;
+        _mm512_storeu_si512((void *)sums, s0);
+        _mm512_storeu_si512((void *)(sums + 16), s1);
+        _mm512_storeu_si512((void *)(sums + 32), s2);
+        _mm512_storeu_si512((void *)(sums + 48), s3);
     }
 }
 
@@ -228,15 +297,18 @@ py_qconv(PyObject *self, PyObject *args)
         return NULL;
     }
     const idx k4 = (k + 3) / 4, blocks = ((pixels + 63) / 64) * 4;
-    /* a 1x1 convolution with unit strides and no padding reads x as its im2col matrix */
-    const int direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
-                       g.oh == g.h && g.ow == g.w;
+    /* unit strides with output rows as wide as the input's: each row of the im2col matrix
+     * is the image at a flat offset (a 1x1 convolution: the image itself), read in place */
+    const int shifted = g.sh == 1 && g.sw == 1 && g.ow == g.w && g.kh <= SHIFT_MAX_TAPS && g.kw <= SHIFT_MAX_TAPS;
     int8_t *packed = (int8_t *)malloc((size_t)(blocks * k4 * 64 + 64));
     int32_t *colsum = (int32_t *)malloc((size_t)(blocks * 16) * sizeof(int32_t));
     int32_t *row_add = (int32_t *)malloc((size_t)m * sizeof(int32_t));
-    uint8_t *col = direct ? NULL : (uint8_t *)malloc((size_t)(k * pixels + 16));
-    if (packed == NULL || colsum == NULL || row_add == NULL || (!direct && col == NULL)) {
-        free(packed), free(colsum), free(row_add), free(col);
+    idx *koff = (idx *)malloc((size_t)k * sizeof(idx));
+    uint8_t *ki = (uint8_t *)malloc((size_t)(2 * k));
+    uint8_t *col = shifted ? NULL : (uint8_t *)malloc((size_t)(k * pixels + 16));
+    if (packed == NULL || colsum == NULL || row_add == NULL || koff == NULL || ki == NULL ||
+        (!shifted && col == NULL)) {
+        free(packed), free(colsum), free(row_add), free(koff), free(ki), free(col);
         release_all(v, VIEWS);
         return PyErr_NoMemory();
     }
@@ -250,18 +322,26 @@ py_qconv(PyObject *self, PyObject *args)
         row_add[row] = (int32_t)(uint32_t)((int64_t)bias[row] - (int64_t)zb * rowsum_a[row] +
                                            (int64_t)k * za[row] * zb);
     }
+    const idx taps = g.kh * g.kw;
+    for (idx kk = 0; kk < k; kk++) {
+        const idx ch = kk / taps, i = (kk / g.kw) % g.kh, j = kk % g.kw;
+        koff[kk] = shifted ? ch * g.h * g.w + (i * g.dh - g.ph) * g.w + (j * g.dw - g.pw) : kk * pixels;
+        ki[kk] = (uint8_t)(shifted ? i : 0);
+        ki[k + kk] = (uint8_t)(shifted ? j : 0);
+    }
     for (idx n = 0; n < g.n; n++) {
         for (idx gi = 0; gi < group; gi++) {
             const uint8_t *x = (const uint8_t *)v[X].buf + (n * g.c + gi * cg) * g.h * g.w;
-            PackCall pc = {x, k, k4, pixels, flip_byte, packed, colsum};
-            if (!direct) {
+            PackCall pc = {x, koff, ki, ki + k, shifted, g, k, k4, pixels, flip_byte, (uint8_t)(int8_t)zb,
+                           packed, colsum};
+            if (!shifted) {
                 Im2colCall ic = {x, g, flip_byte, (uint8_t)(int8_t)zb, col};
                 ic.g.c = cg;
                 parallel_for(im2col_rows, &ic, k, 1 + MIN_PARALLEL_FLOATS / (pixels + 1));
                 pc.b = col;
                 pc.flip = 0;
             }
-            parallel_for(pack_range, &pc, blocks, 1 + (1 << 16) / (k4 * 64));
+            parallel_for(pack_range, &pc, blocks / 4, 1 + (1 << 16) / (k4 * 256));
             const QgemmRequant rq = {row_add + gi * mg, za + gi * mg, colsum, (const double *)v[SC].buf + gi * mg,
                                      rqp.ys, rqp.zy, rqp.lo, rqp.hi,
                                      (uint8_t *)v[Y].buf + (n * m + gi * mg) * pixels, pixels};
@@ -269,7 +349,7 @@ py_qconv(PyObject *self, PyObject *args)
         }
     }
     Py_END_ALLOW_THREADS
-    free(packed), free(colsum), free(row_add), free(col);
+    free(packed), free(colsum), free(row_add), free(koff), free(ki), free(col);
     release_all(v, VIEWS);
     Py_RETURN_NONE;
 #else
@@ -293,6 +373,19 @@ typedef struct {
     uint8_t *y;
     volatile int failed; /* a worker could not get its scratch */
 } DepthwiseCall;
+
+/* n bytes of x as float32 (x ^ flip as int8) - zx at out. */
+AVX512_REQUANT static inline void
+widen(const uint8_t *x, idx n, __m128i vflip, __m512i vzx, float *out)
+{
+    for (idx i = 0; i < n; i += 16) {
+        const idx left = n - i;
+        const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __m128i bytes = _mm_xor_si128(_mm_maskz_loadu_epi8(mask, x + i), vflip);
+        const __m512i v = _mm512_sub_epi32(_mm512_cvtepi8_epi32(bytes), vzx);
+        _mm512_mask_storeu_ps(out + i, mask, _mm512_cvtepi32_ps(v));
+    }
+}
 
 /* Channels [begin, end) of all images (item = n * C + c). Each input plane is widened to
  * float32 x - zero point (exact) and laid out in its phase planes (phases.c, padded with
@@ -323,17 +416,27 @@ depthwise_range(void *ctx, idx begin, idx end)
     }
     const __m512i vzx = _mm512_set1_epi32(c->zx);
     const __m128i vflip = _mm_set1_epi8((char)c->flip);
+    /* Unit strides: one phase plane, the image at rows ph.., columns pw.. of it; its
+     * padding is the same for every channel, so it is zeroed once and only the image's
+     * positions are written per channel (no intermediate plane). */
+    const int unit = g->sh == 1 && g->sw == 1;
+    const idx row_lo = g->ph < 0 ? -g->ph : 0, row_hi = g->h < p->hq - g->ph ? g->h : p->hq - g->ph;
+    const idx col_lo = g->pw < 0 ? -g->pw : 0, col_hi = g->w < p->wq - g->pw ? g->w : p->wq - g->pw;
+    if (unit) {
+        memset(work.buf, 0, (size_t)p->plane * sizeof(float));
+    }
     for (idx item = begin; item < end; item++) {
         const idx ch = item % g->c;
         const uint8_t *x = c->x + item * hw;
-        for (idx i = 0; i < hw; i += 16) {
-            const idx left = hw - i;
-            const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-            const __m128i bytes = _mm_xor_si128(_mm_maskz_loadu_epi8(mask, x + i), vflip);
-            const __m512i v = _mm512_sub_epi32(_mm512_cvtepi8_epi32(bytes), vzx);
-            _mm512_mask_storeu_ps(plane + i, mask, _mm512_cvtepi32_ps(v));
+        if (unit) {
+            for (idx iy = row_lo; iy < row_hi; iy++) {
+                widen(x + iy * g->w + col_lo, col_hi - col_lo, vflip, vzx,
+                      work.buf + (iy + g->ph) * p->wq + col_lo + g->pw);
+            }
+        } else {
+            widen(x, hw, vflip, vzx, plane);
+            fill_phases(plane, g, p, work.buf, 0.0f);
         }
-        fill_phases(plane, g, p, work.buf, 0.0f);
         const int16_t *w = c->w + ch * taps;
         Requant r = c->r;
         r.rs = c->rs[ch];

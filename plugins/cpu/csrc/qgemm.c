@@ -15,6 +15,24 @@
 #include "native.h"
 #include "qrequant.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* Four rows of sixteen bytes interleaved into the packed layout of qgemm.c: out[4 j + r] =
+ * row r's byte j (64 bytes). */
+static inline void
+interleave_4x16(const int8_t *r0, const int8_t *r1, const int8_t *r2, const int8_t *r3, int8_t *out)
+{
+    const __m128i v0 = _mm_loadu_si128((const __m128i *)r0), v1 = _mm_loadu_si128((const __m128i *)r1);
+    const __m128i v2 = _mm_loadu_si128((const __m128i *)r2), v3 = _mm_loadu_si128((const __m128i *)r3);
+    const __m128i lo01 = _mm_unpacklo_epi8(v0, v1), hi01 = _mm_unpackhi_epi8(v0, v1);
+    const __m128i lo23 = _mm_unpacklo_epi8(v2, v3), hi23 = _mm_unpackhi_epi8(v2, v3);
+    _mm_storeu_si128((__m128i *)out, _mm_unpacklo_epi16(lo01, lo23));
+    _mm_storeu_si128((__m128i *)(out + 16), _mm_unpackhi_epi16(lo01, lo23));
+    _mm_storeu_si128((__m128i *)(out + 32), _mm_unpacklo_epi16(hi01, hi23));
+    _mm_storeu_si128((__m128i *)(out + 48), _mm_unpackhi_epi16(hi01, hi23));
+}
+#endif
+
 #define Q_MR 6
 #define Q_NB 4 /* column blocks of 16 per tile: 64 columns */
 

@@ -30,10 +30,18 @@ typedef struct {
 AVX512_REQUANT static inline __m512i
 requant16(__m512i t, const Requant *r)
 {
-    const __m512d vrs = _mm512_set1_pd(r->rs);
-    const __m512d dlo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(t)), vrs);
-    const __m512d dhi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(t, 1)), vrs);
-    __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(dlo)), _mm512_cvtpd_ps(dhi), 1);
+    __m512 f;
+    /* |t| < 2**24 (nearly always): t is exact in float32 and the float32 product of t and
+     * the scale (a float32 value) is the double product rounded once — the same value */
+    const __m512i limit = _mm512_set1_epi32(1 << 24);
+    if (_mm512_cmpge_epu32_mask(_mm512_abs_epi32(t), limit) == 0) {
+        f = _mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps((float)r->rs));
+    } else {
+        const __m512d vrs = _mm512_set1_pd(r->rs);
+        const __m512d dlo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(t)), vrs);
+        const __m512d dhi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(t, 1)), vrs);
+        f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(dlo)), _mm512_cvtpd_ps(dhi), 1);
+    }
     f = _mm512_roundscale_ps(_mm512_div_ps(f, _mm512_set1_ps(r->ys)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     /* |q| beyond 2**30 saturates either way; the clamp keeps the conversion exact */
     f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(-1073741824.0f)), _mm512_set1_ps(1073741824.0f));

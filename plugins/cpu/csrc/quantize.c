@@ -242,3 +242,72 @@ py_accumulators_to_float(PyObject *self, PyObject *args)
     release_all(v, VIEWS);
     Py_RETURN_NONE;
 }
+
+/* com.microsoft QLinearAdd of two 8-bit tensors of one shape (a QDQ model's residual Add,
+ * once fused): y = saturate(rint((a - za) * ra + (b - zb) * rb) + zc), ra = A_scale /
+ * C_scale and rb likewise in float32, each product and the sum rounded to float32 as the
+ * operator library (and MLAS) computes it — one pass instead of two dequantizations, an
+ * Add and a quantization over float32 arrays. (-std=c99 keeps GCC from contracting the
+ * products and the sum into fused multiply-adds, which would round differently.) */
+typedef struct {
+    const void *a, *b;
+    void *y;
+    float za, zb, ra, rb, zc, lo, hi;
+    int is_signed;
+} QAddCall;
+
+MULTIVERSION static void
+qlinear_add_range(void *ctx, idx begin, idx end)
+{
+    const QAddCall *c = (const QAddCall *)ctx;
+    const float za = c->za, zb = c->zb, ra = c->ra, rb = c->rb, zc = c->zc, lo = c->lo, hi = c->hi;
+    if (c->is_signed) {
+        const int8_t *a = (const int8_t *)c->a, *b = (const int8_t *)c->b;
+        int8_t *y = (int8_t *)c->y;
+        for (idx i = begin; i < end; i++) {
+            const float pa = ((float)a[i] - za) * ra, pb = ((float)b[i] - zb) * rb;
+            float v = __builtin_rintf(pa + pb) + zc;
+            v = v > lo ? v : lo;
+            v = v < hi ? v : hi;
+            y[i] = (int8_t)(int)v;
+        }
+    } else {
+        const uint8_t *a = (const uint8_t *)c->a, *b = (const uint8_t *)c->b;
+        uint8_t *y = (uint8_t *)c->y;
+        for (idx i = begin; i < end; i++) {
+            const float pa = ((float)a[i] - za) * ra, pb = ((float)b[i] - zb) * rb;
+            float v = __builtin_rintf(pa + pb) + zc;
+            v = v > lo ? v : lo;
+            v = v < hi ? v : hi;
+            y[i] = (uint8_t)(int)v;
+        }
+    }
+}
+
+/* qlinear_add(a, b, y, za, zb, ra, rb, zc, signed): a, b, y C-contiguous bytes of one size. */
+PyObject *
+py_qlinear_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ao, *bo, *yo;
+    int za, zb, zc, is_signed;
+    float ra, rb;
+    if (!PyArg_ParseTuple(args, "OOOiiffip", &ao, &bo, &yo, &za, &zb, &ra, &rb, &zc, &is_signed)) {
+        return NULL;
+    }
+    enum { A, B, Y, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_bytes(ao, &v[A], 0, 0, 1, "a") < 0 || get_bytes(bo, &v[B], 0, v[A].len, 1, "b") < 0 ||
+        get_bytes(yo, &v[Y], 1, v[A].len, 1, "y") < 0) {
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    QAddCall call = {v[A].buf, v[B].buf, v[Y].buf, (float)za, (float)zb, ra, rb, (float)zc,
+                     is_signed ? -128.0f : 0.0f, is_signed ? 127.0f : 255.0f, is_signed};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(qlinear_add_range, &call, v[A].len, 4 * MIN_PARALLEL_FLOATS);
+    Py_END_ALLOW_THREADS
+    release_all(v, VIEWS);
+    Py_RETURN_NONE;
+}

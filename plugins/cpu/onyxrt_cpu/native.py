@@ -55,6 +55,7 @@ __all__ = [
     "pack_int8",
     "qgemm_u8s8",
     "qconv",
+    "qlinear_add",
     "qconv_depthwise",
     "epilogue",
     "epilogue_ready",
@@ -444,6 +445,19 @@ def qgemm_u8s8(a: np.ndarray, b: PackedInt8) -> np.ndarray | None:
     out = np.empty((a.shape[0], b.shape[1]), np.int32)
     _native.qgemm_u8s8(a, b.data, out, a.shape[0], b.shape[1], b.shape[0])
     return out
+
+
+def qlinear_add(a: np.ndarray, b: np.ndarray, za: int, zb: int, ra: np.float32, rb: np.float32,
+                zc: int) -> np.ndarray | None:
+    """com.microsoft QLinearAdd of two 8-bit arrays of one shape and type (``ra``, ``rb``:
+    A_scale / C_scale and B_scale / C_scale in float32) in one pass; ``None`` when the call
+    does not qualify (broadcasting, other types)."""
+    if not ENABLED or a.dtype not in _INT8_TYPES or b.dtype != a.dtype or a.shape != b.shape:
+        return None
+    y = np.empty(a.shape, a.dtype)
+    _native.qlinear_add(np.ascontiguousarray(a), np.ascontiguousarray(b), y, za, zb, float(ra), float(rb),
+                        zc, a.dtype == np.int8)
+    return y
 
 
 def qconv(x: np.ndarray, a: np.ndarray, rowsum_a: np.ndarray, zp_a: np.ndarray, bias: np.ndarray,

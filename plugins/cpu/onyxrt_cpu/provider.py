@@ -53,6 +53,9 @@ class CPUExecutionProvider(KernelRegistryProvider):
     vendor: ClassVar[str] = "onyxrt"
     version: ClassVar[str] = __version__
     device_names: ClassVar[tuple[str, ...]] = ("cpu",)
+    # QDQ convolutions as QLinearConv: integer kernels where the CPU has AVX-512 VNNI
+    # (elsewhere the dequantized float convolutions are faster than its numpy path)
+    integer_qdq: ClassVar[bool] = native.QGEMM
     registry = registry
     option_schema: ClassVar[OptionSchema] = CPU_OPTIONS
 

@@ -154,3 +154,43 @@ def test_accumulators_to_float_is_numpys(shape, per_column, with_bias):
         want = want + bias
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, want)  # the same float32 operations in the same order
+
+
+def _qlinear_add_model(dt, shape_a, shape_b) -> bytes:
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    node = helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["y"], domain=MS)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("a", t, list(shape_a)), helper.make_tensor_value_info("b", t, list(shape_b))]
+        + [helper.make_tensor_value_info(k, TensorProto.FLOAT, []) for k in ("sa", "sb", "sc")]
+        + [helper.make_tensor_value_info(k, t, []) for k in ("za", "zb", "zc")],
+        [helper.make_tensor_value_info("y", t, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                             ir_version=10).SerializeToString()
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape_b", [(2, 3, 17, 19), (3, 1, 1)], ids=["same-shape", "broadcast"])
+def test_qlinear_add_is_the_librarys_and_onnxruntimes(dt, shape_b, monkeypatch):
+    """One compiled pass where the shapes match (a residual), the library's broadcasting
+    otherwise: the same bytes either way, and onnxruntime's."""
+    rng = np.random.default_rng(2)
+    info = np.iinfo(dt)
+    feeds = {
+        "a": rng.integers(info.min, info.max + 1, (2, 3, 17, 19)).astype(dt),
+        "b": rng.integers(info.min, info.max + 1, shape_b).astype(dt),
+        "sa": np.array(0.031, np.float32), "sb": np.array(0.017, np.float32), "sc": np.array(0.029, np.float32),
+        "za": np.array(5, dt), "zb": np.array(-3 if dt == np.int8 else 200, dt), "zc": np.array(7, dt),
+    }
+    data = _qlinear_add_model(dt, feeds["a"].shape, shape_b)
+    calls = []
+    compiled = native.qlinear_add
+    monkeypatch.setattr(native, "qlinear_add", lambda *args: calls.append(1) or compiled(*args))
+    ours = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert bool(calls) == (shape_b == feeds["a"].shape and native.ENABLED)
+    monkeypatch.setattr(native, "qlinear_add", lambda *args: None)  # the library's path
+    library = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    theirs = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert ours.dtype == np.dtype(dt)
+    np.testing.assert_array_equal(ours, library)
+    np.testing.assert_array_equal(ours, theirs)

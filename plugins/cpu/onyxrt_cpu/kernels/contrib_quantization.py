@@ -34,7 +34,7 @@ from .linalg import integer_product, matmul, pack_integer_b
 from .quantization import DequantizeLinear, QuantizeLinear
 
 __all__ = ["MsQuantizeLinear", "MsDequantizeLinear", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
-           "MatMulNBits", "DEQUANTIZED_WEIGHTS_BUDGET"]
+           "MatMulNBits", "QLinearAdd", "DEQUANTIZED_WEIGHTS_BUDGET"]
 
 _INT4 = (ml_dtypes.int4, ml_dtypes.uint4)
 _INTS = (np.int8, np.uint8, np.int16, np.uint16)
@@ -54,6 +54,29 @@ class MsDequantizeLinear(DequantizeLinear):
 
 _MS = "com.microsoft"
 _BYTES = (np.int8, np.uint8)
+
+
+def _scalar8(v: Any, dtypes: tuple[Any, ...]) -> bool:
+    return isinstance(v, np.ndarray) and v.size == 1 and v.dtype in dtypes
+
+
+@registry.register("QLinearAdd", since=1, domain=_MS, types={"T": _BYTES})
+class QLinearAdd(library.kernel("QLinearAdd", 1, BACKEND, _MS)):
+    """The library's QLinearAdd; two 8-bit tensors of one shape with per-tensor parameters
+    (a QDQ model's residual Add, fused) in one compiled pass with the same float32 steps
+    (:func:`native.qlinear_add`)."""
+
+    def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+        if (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
+                and all(_scalar8(s, (np.float32,)) for s in (a_scale, b_scale, c_scale))
+                and all(z is None or _scalar8(z, (a.dtype,)) for z in (a_zero_point, b_zero_point, c_zero_point))):
+            sc = np.float32(c_scale.reshape(()))
+            y = native.qlinear_add(a, b, *(0 if z is None else int(z.reshape(())) for z in (a_zero_point, b_zero_point)),
+                                   np.float32(a_scale.reshape(())) / sc, np.float32(b_scale.reshape(())) / sc,
+                                   0 if c_zero_point is None else int(c_zero_point.reshape(())))
+            if y is not None:
+                return (y,)
+        return super().compute(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point)
 
 
 class _Int8Product:
