@@ -163,6 +163,7 @@ PyObject *py_qgemm_u8s8(PyObject *self, PyObject *args);
 PyObject *py_qgemm_supported(PyObject *self, PyObject *args);
 PyObject *py_qgemm_pack(PyObject *self, PyObject *args);
 PyObject *py_qconv(PyObject *self, PyObject *args);
+PyObject *py_qgemm_float(PyObject *self, PyObject *args);
 PyObject *py_qlinear_add(PyObject *self, PyObject *args);
 PyObject *py_qconv_depthwise(PyObject *self, PyObject *args);
 
@@ -170,9 +171,13 @@ PyObject *py_qconv_depthwise(PyObject *self, PyObject *args);
  * m x k, rows `lda` apart) @ B (int8, packed as qgemm.c describes) on the thread pool, or,
  * given `rq` (qrequant.h), those sums requantized into its bytes instead (c unused). */
 struct QgemmRequant;
+struct QgemmFloat;
 int qgemm_supported(void);
 void qgemm_run(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, int32_t *c,
                const struct QgemmRequant *rq);
+/* The same with qrequant.h's float epilogue: float32 results instead of the int32 sums. */
+void qgemm_run_float(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k,
+                     const struct QgemmFloat *fq);
 
 
 /* x and y of an elementwise or row-wise call; `n` floats per row (1: elementwise), or a

@@ -54,7 +54,8 @@ typedef struct {
     const int8_t *bp;
     idx m, n, k, k4, col_tiles;
     int32_t *c;
-    const QgemmRequant *rq; /* NULL: store the raw int32 sums in c */
+    const QgemmRequant *rq; /* NULL: store the raw int32 sums in c (or, with fq, floats) */
+    const QgemmFloat *fq;
 } QgemmCall;
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -132,6 +133,7 @@ qgemm_tile(const QgemmCall *c, idx m0, idx tile)
                                      {c20, c21, c22, c23}, {c30, c31, c32, c33},
                                      {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     const QgemmRequant *rq = c->rq;
+    const QgemmFloat *fq = c->fq;
     for (idx r = 0; r < rows; r++) {
         const idx row = m0 + r;
         Requant requant;
@@ -148,6 +150,21 @@ qgemm_tile(const QgemmCall *c, idx m0, idx tile)
             }
             const idx left = c->n - col;
             const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+            if (fq != NULL) { /* the float epilogue, likewise in registers */
+                __m512i t = _mm512_sub_epi32(acc[r][j], _mm512_maskz_loadu_epi32(mask, fq->col_sub + col));
+                if (fq->row_sum != NULL) {
+                    t = _mm512_sub_epi32(t, _mm512_mullo_epi32(_mm512_set1_epi32(fq->row_sum[row]),
+                                                               _mm512_maskz_loadu_epi32(mask, fq->col_zb + col)));
+                }
+                const __m512 s = fq->scale_per_col ? _mm512_maskz_loadu_ps(mask, fq->scale + col)
+                                                   : _mm512_set1_ps(fq->scale[0]);
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(t), s);
+                if (fq->bias != NULL) {
+                    f = _mm512_add_ps(f, _mm512_maskz_loadu_ps(mask, fq->bias + col));
+                }
+                _mm512_mask_storeu_ps(fq->y + row * fq->ldy + col, mask, f);
+                continue;
+            }
             if (rq == NULL) {
                 _mm512_mask_storeu_epi32(c->c + row * c->n + col, mask, acc[r][j]);
                 continue;
@@ -180,13 +197,74 @@ qgemm_run(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, int3
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     const idx k4 = (k + 3) / 4, col_tiles = (n + 63) / 64;
-    QgemmCall call = {a, lda, bp, m, n, k, k4, col_tiles, c, rq};
+    QgemmCall call = {a, lda, bp, m, n, k, k4, col_tiles, c, rq, NULL};
     const idx tiles = ((m + Q_MR - 1) / Q_MR) * col_tiles;
     /* A tile is Q_MR * 64 * K multiply-adds: hand out a few per thread at least. */
     parallel_for(qgemm_range, &call, tiles, 1 + (1 << 20) / (Q_MR * 64 * (k + 1)));
 #else
     (void)a, (void)lda, (void)bp, (void)m, (void)n, (void)k, (void)c, (void)rq;
 #endif
+}
+
+void
+qgemm_run_float(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, const QgemmFloat *fq)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    const idx k4 = (k + 3) / 4, col_tiles = (n + 63) / 64;
+    QgemmCall call = {a, lda, bp, m, n, k, k4, col_tiles, NULL, NULL, fq};
+    parallel_for(qgemm_range, &call, ((m + Q_MR - 1) / Q_MR) * col_tiles, 1 + (1 << 20) / (Q_MR * 64 * (k + 1)));
+#else
+    (void)a, (void)lda, (void)bp, (void)m, (void)n, (void)k, (void)fq;
+#endif
+}
+
+/* qgemm_float(a, packed_b, col_sub, row_sum or None, col_zb or None, scale, bias or None,
+ * y, m, n, k): y (float32, m x n) = float32(a @ b - zero point terms) * scale + bias. */
+PyObject *
+py_qgemm_float(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ao, *bo, *cso, *rso, *zbo, *so, *biaso, *yo;
+    Py_ssize_t m, n, k;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnnn", &ao, &bo, &cso, &rso, &zbo, &so, &biaso, &yo, &m, &n, &k)) {
+        return NULL;
+    }
+    if (!qgemm_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "qgemm_float needs AVX-512 VNNI");
+        return NULL;
+    }
+    if (m < 0 || n < 1 || k < 0 || k >= (1 << 16)) {
+        PyErr_SetString(PyExc_ValueError, "qgemm_float: dimensions out of range");
+        return NULL;
+    }
+    const idx k4 = (k + 3) / 4, col_tiles = (n + 63) / 64;
+    enum { A, B, CS, RS, ZB, S, BI, Y, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    const int with_rows = rso != Py_None;
+    if (get_bytes(ao, &v[A], 0, m * k, 1, "a") < 0 ||
+        get_bytes(bo, &v[B], 0, col_tiles * Q_NB * k4 * 64, 1, "packed b") < 0 ||
+        get_bytes(cso, &v[CS], 0, n, 4, "col_sub") < 0 ||
+        (with_rows && (get_bytes(rso, &v[RS], 0, m, 4, "row_sum") < 0 || get_bytes(zbo, &v[ZB], 0, n, 4, "col_zb") < 0)) ||
+        get_f32(so, &v[S], 0, 1, "scale") < 0 || get_optional_f32(biaso, &v[BI], n, "bias") < 0 ||
+        get_f32(yo, &v[Y], 1, m * n, "y") < 0) {
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    const idx scales = v[S].len / 4;
+    if (scales != 1 && scales != n) {
+        release_all(v, VIEWS);
+        PyErr_SetString(PyExc_ValueError, "qgemm_float: one scale, or one per column");
+        return NULL;
+    }
+    QgemmFloat fq = {(const int32_t *)v[CS].buf, with_rows ? (const int32_t *)v[RS].buf : NULL,
+                     with_rows ? (const int32_t *)v[ZB].buf : NULL, (const float *)v[S].buf,
+                     (const float *)v[BI].buf, scales == n && n > 1, (float *)v[Y].buf, n};
+    Py_BEGIN_ALLOW_THREADS
+    qgemm_run_float((const uint8_t *)v[A].buf, k, (const int8_t *)v[B].buf, m, n, k, &fq);
+    Py_END_ALLOW_THREADS
+    release_all(v, VIEWS);
+    Py_RETURN_NONE;
 }
 
 PyObject *

@@ -80,5 +80,18 @@ typedef struct QgemmRequant {
     idx ldy;
 } QgemmRequant;
 
+/* The int8 GEMM's float epilogue (MatMulIntegerToFloat, DynamicQuantizeMatMul): column j
+ * of row i, t = raw - col_sub[j] - row_sum[i] * col_zb[j] (the zero points' terms, modulo
+ * 2**32 like the sums; row_sum NULL when B's zero points are all 0), is stored as
+ * float32(t) * scale[j] (scale[0] when !scale_per_col) + bias[j] (bias may be NULL) at
+ * y + i * ldy + j: the float steps of MLAS's output processor and of the library. */
+typedef struct QgemmFloat {
+    const int32_t *col_sub, *row_sum, *col_zb;
+    const float *scale, *bias;
+    int scale_per_col;
+    float *y;
+    idx ldy;
+} QgemmFloat;
+
 
 #endif

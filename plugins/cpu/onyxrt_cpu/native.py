@@ -54,6 +54,7 @@ __all__ = [
     "QGEMM",
     "pack_int8",
     "qgemm_u8s8",
+    "qgemm_float",
     "qconv",
     "qlinear_add",
     "qconv_depthwise",
@@ -479,6 +480,21 @@ def qconv_depthwise(x: np.ndarray, centered: np.ndarray, bias: np.ndarray, scale
     weights minus their zero points."""
     _native.qconv_depthwise(x, centered, bias, scale, y, geometry, int(flip), zp_x, y_scale,
                             y_zero_point, lo, hi)
+
+
+def qgemm_float(a: np.ndarray, b: PackedInt8, col_sub: np.ndarray, row_sum: np.ndarray | None,
+                col_zb: np.ndarray | None, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray | None:
+    """``float32(a @ b - col_sub - row_sum * col_zb) * scale + bias`` (float32 (M, N)) for a
+    uint8 (M, K) ``a`` and a packed int8 ``b``, the scaling done in the GEMM's registers;
+    ``col_sub`` int32 [N], ``row_sum`` int32 [M] and ``col_zb`` int32 [N] (or both None),
+    ``scale`` float32 of 1 or N, ``bias`` float32 [N] or None. ``None`` when ``a`` does not
+    qualify."""
+    if not QGEMM or a.ndim != 2 or a.dtype != np.uint8 or a.shape[1] != b.shape[0]:
+        return None
+    m, (k, n) = a.shape[0], b.shape
+    y = np.empty((m, n), _F32)
+    _native.qgemm_float(np.ascontiguousarray(a), b.data, col_sub, row_sum, col_zb, scale, bias, y, m, n, k)
+    return y
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray | None:

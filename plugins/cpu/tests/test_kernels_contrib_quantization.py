@@ -19,17 +19,22 @@ MS = "com.microsoft"
 
 
 def _session_pair(op: str, inputs: list[str], feeds: dict, inits: dict, out_shape: list) -> tuple:
+    """onyxrt's and onnxruntime's result of one node."""
+    data = _one_node(op, inputs, feeds, inits, out_shape)
+    ours = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    theirs = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    return ours, theirs
+
+
+def _one_node(op: str, inputs: list[str], feeds: dict, inits: dict, out_shape: list) -> bytes:
     node = helper.make_node(op, inputs, ["y"], domain=MS)
     graph = helper.make_graph(
         [node], "g",
         [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in feeds.items()],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
         [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
                              ir_version=10).SerializeToString()
-    ours = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    theirs = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    return ours, theirs
 
 
 def test_the_overrides_are_registered():
@@ -54,6 +59,38 @@ def test_dynamic_quantize_matmul(bdt, per_column, shape):
     ours, theirs = _session_pair("DynamicQuantizeMatMul", ["a", "b", "s", "z", "bias"], {"a": a},
                                  {"b": b, "s": scale, "z": zp, "bias": bias}, [*shape[:-1], n])
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not native.QGEMM, reason="the int8 kernel needs AVX-512 VNNI")
+@pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
+@pytest.mark.parametrize("bdt", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_scaling_in_the_kernels_registers_is_the_librarys(op, bdt, per_column, monkeypatch):
+    """The float epilogue of the int8 kernel (zero points' terms, scale, bias in its
+    registers) gives the bytes of the int32 product followed by the library's to_float."""
+    rng = np.random.default_rng(5)
+    k, n = 301, 77  # no multiple of 4 or 16
+    info = np.iinfo(bdt)
+    inits = {"b": rng.integers(info.min, info.max + 1, (k, n)).astype(bdt),
+             "s": (rng.random(n if per_column else 1) * 0.02 + 0.001).astype(np.float32),
+             "z": rng.integers(info.min, info.max + 1, n if per_column else 1).astype(bdt),
+             "bias": rng.standard_normal(n).astype(np.float32)}
+    if op == "DynamicQuantizeMatMul":
+        feeds = {"a": rng.standard_normal((2, 9, k)).astype(np.float32)}
+        inputs = ["a", "b", "s", "z", "bias"]
+    else:
+        feeds = {"a": rng.integers(0, 256, (2, 9, k)).astype(np.uint8)}
+        inits.update(sa=np.array(0.03, np.float32), za=np.array(131, np.uint8))
+        inputs = ["a", "b", "sa", "s", "za", "z", "bias"]
+    data = _one_node(op, inputs, feeds, inits, [2, 9, n])
+    calls = []
+    fused = native.qgemm_float
+    monkeypatch.setattr(native, "qgemm_float", lambda *args: calls.append(1) or fused(*args))
+    ours = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert calls, "the float epilogue did not run"
+    monkeypatch.setattr(native, "qgemm_float", lambda *args: None)
+    unfused = onyxrt.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(ours, unfused)
 
 
 @pytest.mark.parametrize(("adt", "bdt"), [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])

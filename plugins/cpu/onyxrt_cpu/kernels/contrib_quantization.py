@@ -30,7 +30,7 @@ from onyxrt_ops import library
 from .. import native
 from . import registry
 from ._backend import BACKEND
-from .linalg import integer_product, matmul, pack_integer_b
+from .linalg import integer_product, integer_product_to_float, matmul, pack_integer_b
 from .quantization import DequantizeLinear, QuantizeLinear
 
 __all__ = ["MsQuantizeLinear", "MsDequantizeLinear", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
@@ -97,6 +97,18 @@ class _Int8Product:
         y = native.accumulators_to_float(acc, scale, bias) if acc.size else None
         return super().to_float(acc, scale, bias) if y is None else y  # type: ignore[misc]
 
+    def float_product(self, qa: Any, a_zp: Any, b: Any, scale: Any, bias: Any) -> Any:
+        """``to_float(product(qa, a_zp, b, B's zero point), scale, bias)`` in one call of
+        the int8 kernel, the scaling in its registers; ``None`` where it does not apply."""
+        if self._packed is None or b.ndim != 2 or not isinstance(qa, np.ndarray) or qa.size == 0:
+            return None
+        if a_zp is not None and np.size(a_zp) != 1:
+            return None
+        if bias is not None and (not isinstance(bias, np.ndarray) or bias.dtype != np.float32):
+            return None
+        return integer_product_to_float(qa, None if a_zp is None else np.asarray(a_zp).reshape(()),
+                                        self._packed, np.asarray(scale, np.float32), bias)
+
     def product(self, a: Any, a_zp: Any, b: Any, b_zp: Any) -> Any:
         if self._packed is not None and b.ndim == 2 and (a_zp is None or np.size(a_zp) == 1):
             y = integer_product(a, None if a_zp is None else np.asarray(a_zp).reshape(()), self._packed)
@@ -108,9 +120,17 @@ class _Int8Product:
 @registry.register("MatMulIntegerToFloat", since=1, domain=_MS,
                    types={"T1": _BYTES, "T2": _BYTES, "T3": (np.float32,)})
 class MatMulIntegerToFloat(_Int8Product, library.kernel("MatMulIntegerToFloat", 1, BACKEND, _MS)):
-    """The library's MatMulIntegerToFloat, its product by the int8 kernel."""
+    """The library's MatMulIntegerToFloat, its product and scaling by the int8 kernel."""
 
     b_zp_index = 5
+
+    def compute(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+        if isinstance(a_scale, np.ndarray) and isinstance(b_scale, np.ndarray) and a_scale.size == 1:
+            scale = a_scale.reshape(()).astype(np.float32) * self.column(b_scale, b, "b_scale").astype(np.float32)
+            y = self.float_product(a, a_zero_point, b, scale, bias)
+            if y is not None:
+                return (y,)
+        return super().compute(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
 
 
 @registry.register("DynamicQuantizeMatMul", since=1, domain=_MS,
@@ -129,9 +149,23 @@ class DynamicQuantizeMatMul(_Int8Product, library.kernel("DynamicQuantizeMatMul"
         scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255.0))
         return scale, float(np.round(np.clip(np.float32(0) - lo / scale, 0, 255)))
 
+    def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+        if isinstance(a, np.ndarray) and a.dtype == np.float32 and a.size and isinstance(b_scale, np.ndarray):
+            scale, zp = self.parameters(a)
+            qa = self.quantize(a, scale, zp)
+            mult = float(scale) * self.column(b_scale, b, "b_scale").astype(np.float32)
+            y = self.float_product(qa, np.asarray(zp, np.float32), b, mult, bias)
+            if y is not None:
+                return (y,)
+        return super().compute(a, b, b_scale, b_zero_point, bias)
+
     def quantize(self, a, scale, zp):
         if a.dtype != np.float32:
             return super().quantize(a, scale, zp)
+        # round(a / scale) + zp saturated, in float32: one compiled pass where it runs
+        fast = native.quantize8(a, np.asarray(scale, np.float32), np.asarray(zp, np.uint8), np.dtype(np.uint8))
+        if fast is not None:
+            return fast
         q = np.divide(a, scale)
         np.round(q, out=q)
         q += np.float32(zp)

@@ -320,6 +320,40 @@ def integer_product(a: np.ndarray, za: Any, b: PackedB) -> np.ndarray | None:
     return y.reshape(*lead, packed.shape[1])
 
 
+def integer_product_to_float(a: np.ndarray, za: Any, b: PackedB, scale: np.ndarray,
+                             bias: np.ndarray | None) -> np.ndarray | None:
+    """``float32((a - za) @ (B - zb)) * scale + bias`` by the int8 kernel with the zero
+    points' terms, the scaling and the bias applied in its registers — the int32 sums of
+    :func:`integer_product`, then the library's ``to_float`` steps, without the passes
+    over the product in between. ``scale`` float32 of one value or one per column, ``bias``
+    float32 [N] or None; ``None`` where it does not apply (see :func:`integer_product`)."""
+    packed, zb = b
+    k, n = packed.shape
+    if a.ndim < 1 or a.shape[-1] != k or n == 0 or scale.dtype != np.float32 or scale.size not in (1, n):
+        return None
+    if scale.size == n and scale.size > 1 and scale.shape[-1] != n:
+        return None
+    if bias is not None and (bias.dtype != np.float32 or bias.shape != (n,)):
+        return None
+    z = np.zeros((), np.int32) if za is None else np.asarray(za).astype(np.int32)
+    if a.dtype == np.int8:  # as uint8 a + 128, its zero point moved alike
+        a, z = (a.view(np.uint8) ^ np.uint8(0x80)), z + 128
+    elif a.dtype != np.uint8 or z.size != 1:
+        return None
+    lead = a.shape[:-1]
+    a2 = a.reshape(-1, k)
+    zb_col = np.broadcast_to(np.asarray(zb, np.int32), (n,))
+    with np.errstate(over="ignore"):  # modulo 2**32 like the sums; the exact result fits
+        col_sub = (z * packed.column_sums - np.int32(k) * z * zb_col).astype(np.int32)
+    row_sum = col_zb = None
+    if np.any(zb_col):
+        row_sum = a2.sum(axis=1, dtype=np.int32)
+        col_zb = np.ascontiguousarray(zb_col, np.int32)
+    y = native.qgemm_float(a2, packed, np.ascontiguousarray(col_sub), row_sum, col_zb,
+                           np.ascontiguousarray(scale, np.float32).reshape(-1), bias)
+    return None if y is None else y.reshape(*lead, n)
+
+
 @registry.register("MatMulInteger", since=10)
 class MatMulInteger(library.kernel("MatMulInteger", 10, BACKEND)):
     """The library's MatMulInteger: a constant B (the weights) through the int8 kernel
