@@ -2,37 +2,32 @@
 
 #include "native.h"
 
-#define GELU_BLOCK 512
 
 MULTIVERSION void
 onyxrt_gelu_erf(const float *x, float *y, idx n, const float *coeffs, float clamp,
                 float t_scale, float scale)
 {
     /* y = x * (0.5 + 0.5 * erf(x / sqrt 2)), erf(u) = u * q(2 u^2 / clamp^2 - 1) with |u|
-     * clamped and t_scale = 2 / clamp^2: the polynomial and operations of erf_float32. Blocks keep the
-     * temporaries in L1 and give the compiler simple loops to vectorize. */
-    float a[GELU_BLOCK], t[GELU_BLOCK], acc[GELU_BLOCK];
-    for (idx start = 0; start < n; start += GELU_BLOCK) {
-        idx m = n - start < GELU_BLOCK ? n - start : GELU_BLOCK;
-        const float *xs = x + start;
-        for (idx i = 0; i < m; i++) {
-            float u = fabsf(xs[i] * scale);
-            a[i] = u < clamp ? u : clamp; /* NaN -> clamp; the final * x gives NaN */
-            float tt = a[i] * a[i];
-            t[i] = tt * t_scale - 1.0f;
-            acc[i] = coeffs[ERF_COEFFS - 1];
-        }
+     * clamped and t_scale = 2 / clamp^2: the polynomial and operations of erf_float32.
+     * The polynomial runs in registers, its loop unrolled so that the loop over the
+     * elements vectorizes (one pass over x; a loop per coefficient over a block of
+     * temporaries, as before, streamed them through L1 eighteen times: 2x slower). */
+    float c[ERF_COEFFS];
+    for (int k = 0; k < ERF_COEFFS; k++) {
+        c[k] = coeffs[k];
+    }
+    for (idx i = 0; i < n; i++) {
+        const float xi = x[i];
+        float u = fabsf(xi * scale);
+        const float a = u < clamp ? u : clamp; /* NaN -> clamp; the final * x gives NaN */
+        const float t = a * a * t_scale - 1.0f;
+        float acc = c[ERF_COEFFS - 1];
+#pragma GCC unroll 32
         for (int k = ERF_COEFFS - 2; k >= 0; k--) {
-            const float c = coeffs[k];
-            for (idx i = 0; i < m; i++) {
-                acc[i] = acc[i] * t[i] + c;
-            }
+            acc = acc * t + c[k];
         }
-        float *ys = y + start;
-        for (idx i = 0; i < m; i++) {
-            float e = copysignf(acc[i] * a[i], xs[i]);
-            ys[i] = (e * 0.5f + 0.5f) * xs[i];
-        }
+        const float e = copysignf(acc * a, xi);
+        y[i] = (e * 0.5f + 0.5f) * xi;
     }
 }
 

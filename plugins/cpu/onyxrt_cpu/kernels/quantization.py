@@ -224,6 +224,10 @@ class DynamicQuantizeLinear(library.kernel("DynamicQuantizeLinear", 11, BACKEND)
         if scale == 0:  # all zeros: scale 1 like onnxruntime (0 would break a requantize)
             return np.zeros(xf.shape, np.uint8), np.asarray(1.0, dtype=_F32), np.asarray(0, dtype=np.uint8)
         zp = np.uint8(np.clip(np.rint(np.float32(0) - np.float32(lo) / scale), 0, 255))
+        # round(x / scale) + zp saturated, in float32: one compiled pass where it runs
+        y = native.quantize8(xf, np.asarray(scale, _F32), np.asarray(zp, np.uint8), np.dtype(np.uint8))
+        if y is not None:
+            return y, np.asarray(scale, dtype=_F32), np.asarray(zp, dtype=np.uint8)
         with np.errstate(over="ignore", invalid="ignore"):
             y = np.clip(np.rint(xf / scale) + np.float32(zp), 0, 255).astype(np.uint8)
         return y, np.asarray(scale, dtype=_F32), np.asarray(zp, dtype=np.uint8)
