@@ -55,6 +55,7 @@ __all__ = [
     "pack_int8",
     "qgemm_u8s8",
     "qgemm_float",
+    "gemm_batched",
     "qconv",
     "qlinear_add",
     "qconv_depthwise",
@@ -693,6 +694,29 @@ def _strided(x: np.ndarray) -> tuple[np.ndarray, int, int]:
         return x.T, x.strides[0] // 4, x.strides[1] // 4
     x = np.ascontiguousarray(x)
     return x, x.shape[1], 1
+
+
+def gemm_batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``np.matmul(a, b)`` of two float32 stacks of matrices with the same leading shape,
+    the products shared out over the threads whole (csrc/gemm.c); ``None`` when the call
+    does not qualify (broadcasting, other dtypes, empty)."""
+    if (not ENABLED or a.dtype != _F32 or b.dtype != _F32 or a.ndim < 3 or a.shape[:-2] != b.shape[:-2]
+            or a.shape[-1] != b.shape[-2] or a.size == 0 or b.size == 0):
+        return None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = a.size // (m * k)
+    a = np.ascontiguousarray(a)
+    if b.flags.c_contiguous:
+        b_strides = (k * n, n, 1)
+    elif b.swapaxes(-1, -2).flags.c_contiguous:  # a transposed stack (K^T as a view)
+        b = b.swapaxes(-1, -2)
+        b_strides = (k * n, 1, k)
+    else:
+        b = np.ascontiguousarray(b)
+        b_strides = (k * n, n, 1)
+    out = np.empty(a.shape[:-1] + (n,), _F32)
+    _native.gemm_batched(a, m * k, k, 1, b, *b_strides, out, batch, m, n, k)
+    return out
 
 
 def _pack(w: np.ndarray, side: str) -> PackedMatrix | None:
