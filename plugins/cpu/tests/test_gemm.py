@@ -434,3 +434,28 @@ def test_conv_filters_are_packed_at_creation(gemm_route):
     assert set(_gemm_filters) - before == added  # the run packed nothing more
     windows = np.lib.stride_tricks.sliding_window_view(x[0, 0].astype(np.float64), 64)[::4]
     np.testing.assert_allclose(y[0], w[:, 0].astype(np.float64) @ windows.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(("lead", "m", "k", "n"), [((3,), 9, 300, 33), ((2, 3), 17, 33, 9), ((1, 12), 128, 64, 128),
+                                                   ((5,), 1, 7, 1), ((2,), 33, 257, 70)])
+@pytest.mark.parametrize("b_form", ["contiguous", "transposed view", "strided copy"])
+def test_gemm_batched_every_product_within_rounding(lead, m, k, n, b_form):
+    rng = np.random.default_rng(m * k + n)
+    a = rng.standard_normal((*lead, m, k), dtype=np.float32)
+    if b_form == "transposed view":
+        b = rng.standard_normal((*lead, n, k), dtype=np.float32).swapaxes(-1, -2)
+    elif b_form == "strided copy":
+        b = rng.standard_normal((*lead, k, 2 * n), dtype=np.float32)[..., ::2]
+    else:
+        b = rng.standard_normal((*lead, k, n), dtype=np.float32)
+    c = native.gemm_batched(a, b)
+    assert c is not None and c.shape == (*lead, m, n) and c.dtype == np.float32
+    for i in np.ndindex(*lead):
+        _check(c[i], a[i], b[i])
+
+
+def test_gemm_batched_declines_broadcasting_and_other_types():
+    a = np.ones((2, 3, 4), np.float32)
+    assert native.gemm_batched(a, np.ones((1, 4, 5), np.float32)) is None  # numpy broadcasts; not here
+    assert native.gemm_batched(a.astype(np.float64), np.ones((2, 4, 5))) is None
+    assert native.gemm_batched(a, np.ones((2, 5, 4), np.float32)) is None
