@@ -705,18 +705,45 @@ def gemm_batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = a.size // (m * k)
-    a = np.ascontiguousarray(a)
-    if b.flags.c_contiguous:
-        b_strides = (k * n, n, 1)
-    elif b.swapaxes(-1, -2).flags.c_contiguous:  # a transposed stack (K^T as a view)
-        b = b.swapaxes(-1, -2)
-        b_strides = (k * n, 1, k)
-    else:
-        b = np.ascontiguousarray(b)
-        b_strides = (k * n, n, 1)
+    operands = []
+    for x in (a, b):
+        strides = _stack_strides(x)
+        if strides is None:  # lead axes that no single stride walks: a copy
+            x = np.ascontiguousarray(x)
+            strides = _stack_strides(x)
+        base = _base_view(x)
+        if strides is None or base is None:
+            return None
+        operands.append((base, *strides))
     out = np.empty(a.shape[:-1] + (n,), _F32)
-    _native.gemm_batched(a, m * k, k, 1, b, *b_strides, out, batch, m, n, k)
+    _native.gemm_batched(*operands[0], *operands[1], out, batch, m, n, k)
     return out
+
+
+def _stack_strides(x: np.ndarray) -> tuple[int, int, int] | None:
+    """(stack stride, row stride, column stride) of a float32 stack of matrices in floats,
+    the stack's leading axes walked by one stride (views of transposed heads are), else
+    ``None``."""
+    if any(s < 0 or s % 4 for s in x.strides):
+        return None
+    lead = [(d, s // 4) for d, s in zip(x.shape[:-2], x.strides[:-2]) if d > 1]
+    for (_, outer), (d, inner) in zip(lead, lead[1:]):
+        if outer != inner * d:
+            return None
+    return (lead[-1][1] if lead else 0), x.strides[-2] // 4, x.strides[-1] // 4
+
+
+def _base_view(x: np.ndarray) -> np.ndarray | None:
+    """A C-contiguous 1-D float32 array starting at x's first element and reaching its last
+    (what the C side indexes with x's strides), or ``None``."""
+    base = x
+    while base.base is not None and isinstance(base.base, np.ndarray):
+        base = base.base
+    if not base.flags.c_contiguous or base.dtype != _F32:
+        return None
+    flat = base.reshape(-1)
+    offset = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // 4
+    return flat[offset:]
 
 
 def _pack(w: np.ndarray, side: str) -> PackedMatrix | None:

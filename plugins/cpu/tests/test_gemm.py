@@ -454,6 +454,20 @@ def test_gemm_batched_every_product_within_rounding(lead, m, k, n, b_form):
         _check(c[i], a[i], b[i])
 
 
+def test_gemm_batched_reads_views_of_transposed_heads_in_place():
+    """Attention's operands as exports leave them: heads split off a [1, 128, 12, 64] tensor
+    by a transposing view, keys transposed twice, a slice of a bigger stack."""
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 128, 12, 64), dtype=np.float32).transpose(0, 2, 1, 3)
+    k_t = rng.standard_normal((1, 128, 12, 64), dtype=np.float32).transpose(0, 2, 3, 1)
+    sliced = rng.standard_normal((3, 40, 50), dtype=np.float32)[1:, 5:30, 10:40]
+    for a, b in ((q, k_t), (sliced, rng.standard_normal((2, 30, 7), dtype=np.float32))):
+        c = native.gemm_batched(a, b)
+        assert c is not None
+        for i in np.ndindex(*a.shape[:-2]):
+            _check(c[i], a[i], b[i])
+
+
 def test_gemm_batched_declines_broadcasting_and_other_types():
     a = np.ones((2, 3, 4), np.float32)
     assert native.gemm_batched(a, np.ones((1, 4, 5), np.float32)) is None  # numpy broadcasts; not here
