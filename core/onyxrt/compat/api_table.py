@@ -162,6 +162,12 @@ _NOTES: dict[str, tuple[str, str]] = {
     "create_and_register_allocator": ("differs", "recorded (`onyxrt.memory_info.registered_allocators()`); the CPU "
                                       "provider allocates through numpy, so nothing changes on the CPU"),
     "contextlib": ("not API", "a module onnxruntime's `__init__` imports"),
+    # Subpackages that become attributes of onnxruntime once something imports them (its
+    # tools, not its runtime API: their output models run on onyxrt).
+    "quantization": ("not API", "onnxruntime's quantization tools (a subpackage, once imported); "
+                     "the models they write run on onyxrt"),
+    "transformers": ("not API", "onnxruntime's transformer optimization tools (a subpackage, once "
+                     "imported); the models they write run on onyxrt"),
     # -- InferenceSession ---------------------------------------------------------------
     "InferenceSession": ("better", "also takes an `onnx.ModelProto`; a requested provider that cannot be used is "
                          "a `ProviderFallbackWarning` saying why (an error in strict mode); onnxruntime's "

@@ -246,9 +246,15 @@ class OpLibrary:
 def _narrowed(d: OpDef, version: int, backend: Backend) -> dict[str, frozenset[np.dtype[Any]]] | None:
     """``d``'s type constraints at ``version`` narrowed to what ``backend`` holds (every
     constraint of the schema, listed or not), or None when one is left with nothing."""
-    try:
-        schema = onnx.defs.get_schema(d.op_type, max_inclusive_version=version, domain=d.domain)
-    except onnx.defs.SchemaError:  # a com.microsoft operator: its declared types
+    # onnx has no schema for a com.microsoft operator: its declared types. (Asked first:
+    # get_schema's SchemaError costs ~0.18 ms, ~17 ms of a provider's creation.)
+    schema = None
+    if onnx.defs.has(d.op_type, d.domain):
+        try:
+            schema = onnx.defs.get_schema(d.op_type, max_inclusive_version=version, domain=d.domain)
+        except onnx.defs.SchemaError:  # none at or below this version
+            schema = None
+    if schema is None:
         narrowed = {k: frozenset(v & backend.dtypes) for k, v in (d.types or {}).items()}
         return None if any(not v for v in narrowed.values()) else narrowed
     from onyxrt.dtypes import np_dtype

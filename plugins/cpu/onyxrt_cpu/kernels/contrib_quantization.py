@@ -60,7 +60,7 @@ def _scalar8(v: Any, dtypes: tuple[Any, ...]) -> bool:
     return isinstance(v, np.ndarray) and v.size == 1 and v.dtype in dtypes
 
 
-@registry.register("QLinearAdd", since=1, domain=_MS, types={"T": _BYTES})
+@registry.register("QLinearAdd", since=1, domain=_MS, types={"T": _BYTES, "F": (np.float32,)})
 class QLinearAdd(library.kernel("QLinearAdd", 1, BACKEND, _MS)):
     """The library's QLinearAdd; two 8-bit tensors of one shape with per-tensor parameters
     (a QDQ model's residual Add, fused) in one compiled pass with the same float32 steps
