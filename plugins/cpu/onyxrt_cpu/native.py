@@ -734,16 +734,13 @@ def _stack_strides(x: np.ndarray) -> tuple[int, int, int] | None:
 
 
 def _base_view(x: np.ndarray) -> np.ndarray | None:
-    """A C-contiguous 1-D float32 array starting at x's first element and reaching its last
-    (what the C side indexes with x's strides), or ``None``."""
-    base = x
-    while base.base is not None and isinstance(base.base, np.ndarray):
-        base = base.base
-    if not base.flags.c_contiguous or base.dtype != _F32:
+    """A 1-D contiguous float32 view from x's first element to its last (what the C side
+    indexes with x's strides, in floats), whatever x is a view of (a slice of a bigger
+    stack, a buffer of another dtype); ``None`` for negative strides."""
+    if any(s < 0 for s in x.strides):
         return None
-    flat = base.reshape(-1)
-    offset = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // 4
-    return flat[offset:]
+    extent = 1 + sum((d - 1) * (s // 4) for d, s in zip(x.shape, x.strides))
+    return np.lib.stride_tricks.as_strided(x, shape=(extent,), strides=(4,), writeable=False)
 
 
 def _pack(w: np.ndarray, side: str) -> PackedMatrix | None:

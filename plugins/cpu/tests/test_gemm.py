@@ -461,7 +461,12 @@ def test_gemm_batched_reads_views_of_transposed_heads_in_place():
     q = rng.standard_normal((1, 128, 12, 64), dtype=np.float32).transpose(0, 2, 1, 3)
     k_t = rng.standard_normal((1, 128, 12, 64), dtype=np.float32).transpose(0, 2, 3, 1)
     sliced = rng.standard_normal((3, 40, 50), dtype=np.float32)[1:, 5:30, 10:40]
-    for a, b in ((q, k_t), (sliced, rng.standard_normal((2, 30, 7), dtype=np.float32))):
+    # a value living in a byte buffer (an arena's): viewed as float32
+    arena = np.zeros(2 * 9 * 11 * 4 + 64, np.uint8)
+    in_arena = arena[64:].view(np.float32).reshape(2, 9, 11)
+    in_arena[...] = rng.standard_normal((2, 9, 11))
+    for a, b in ((q, k_t), (sliced, rng.standard_normal((2, 30, 7), dtype=np.float32)),
+                 (in_arena, rng.standard_normal((2, 11, 5), dtype=np.float32))):
         c = native.gemm_batched(a, b)
         assert c is not None
         for i in np.ndindex(*a.shape[:-2]):
