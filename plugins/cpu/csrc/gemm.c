@@ -388,88 +388,13 @@ onyxrt_gemm(const float *a, idx ars, idx acs, int a_packed, const float *b, idx 
     return call.failed ? -1 : 0;
 }
 
+/* ---------------------------------------------------------------- Python entry points */
+
 /* The floats a strided (rows x cols) matrix spans: its last element's index + 1. */
 static idx
 span(idx rows, idx cols, idx rs, idx cs)
 {
     return rows == 0 || cols == 0 ? 0 : (rows - 1) * rs + (cols - 1) * cs + 1;
-}
-
-/* A stack of products C[i] = A[i] @ B[i] (attention's scores and weighted values: twelve
- * [128, 64] x [64, 128] products a layer), the pool's threads taking whole products: each
- * packs its A and runs every tile itself. numpy loops over the stack calling BLAS on each
- * small product (44 GFLOP/s here on [12, 128, 64] x [12, 64, 128], against ~175 for
- * onnxruntime's MLAS). */
-typedef struct {
-    const float *a, *b;
-    float *c;
-    idx a_bs, ars, acs, b_bs, brs, bcs, m, n, k;
-    int failed;
-} BatchedCall;
-
-static void
-batched_range(void *ctx, idx begin, idx end)
-{
-    BatchedCall *g = (BatchedCall *)ctx;
-    float *packed_a = (float *)malloc(sizeof(float) * (size_t)gemm_packed_floats(g->m, g->k, 0));
-    if (packed_a == NULL) {
-        __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
-        return;
-    }
-    const idx tiles = panels(g->m, GEMM_MR) * panels(g->n, GEMM_NR);
-    for (idx i = begin; i < end; i++) {
-        pack_operand(g->a + i * g->a_bs, g->ars, g->acs, g->m, g->k, 0, 0, panels(g->m, GEMM_MR), packed_a);
-        GemmCall call = {packed_a, g->b + i * g->b_bs, g->brs, g->bcs, 0, g->c + i * g->m * g->n, g->n,
-                         g->m, g->n, g->k, NULL, 0};
-        gemm_range(&call, 0, tiles);
-        if (call.failed) {
-            __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
-        }
-    }
-    free(packed_a);
-}
-
-/* ---------------------------------------------------------------- Python entry points */
-
-/* gemm_batched(a, a_bs, ars, acs, b, b_bs, brs, bcs, c, batch, m, n, k): c (batch, m, n),
- * C-contiguous, = a[i] @ b[i], element (i, r, k) of a at a[i*a_bs + r*ars + k*acs] and
- * likewise b's. */
-PyObject *
-py_gemm_batched(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *ao, *bo, *co;
-    idx a_bs, ars, acs, b_bs, brs, bcs, batch, m, n, k;
-    if (!PyArg_ParseTuple(args, "OnnnOnnnOnnnn", &ao, &a_bs, &ars, &acs, &bo, &b_bs, &brs, &bcs, &co,
-                          &batch, &m, &n, &k)) {
-        return NULL;
-    }
-    if (check_positive("batch", batch, 1) < 0 || check_positive("m", m, 1) < 0 ||
-        check_positive("n", n, 1) < 0 || check_positive("k", k, 1) < 0 ||
-        check_positive("strides", a_bs, 0) < 0 || check_positive("strides", ars, 0) < 0 ||
-        check_positive("strides", acs, 0) < 0 || check_positive("strides", b_bs, 0) < 0 ||
-        check_positive("strides", brs, 0) < 0 || check_positive("strides", bcs, 0) < 0) {
-        return NULL;
-    }
-    enum { A, B, C, VIEWS };
-    Py_buffer v[VIEWS];
-    memset(v, 0, sizeof(v));
-    if (get_f32(ao, &v[A], 0, (batch - 1) * a_bs + span(m, k, ars, acs), "A") < 0 ||
-        get_f32(bo, &v[B], 0, (batch - 1) * b_bs + span(k, n, brs, bcs), "B") < 0 ||
-        get_f32(co, &v[C], 1, batch * m * n, "C") < 0) {
-        release_all(v, VIEWS);
-        return NULL;
-    }
-    BatchedCall call = {(const float *)v[A].buf, (const float *)v[B].buf, (float *)v[C].buf,
-                        a_bs, ars, acs, b_bs, brs, bcs, m, n, k, 0};
-    Py_BEGIN_ALLOW_THREADS
-    parallel_for(batched_range, &call, batch, 1 + (1 << 20) / (2 * m * n * k));
-    Py_END_ALLOW_THREADS
-    release_all(v, VIEWS);
-    if (call.failed) {
-        return PyErr_NoMemory();
-    }
-    Py_RETURN_NONE;
 }
 
 PyObject *

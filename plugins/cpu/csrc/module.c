@@ -10,9 +10,6 @@ static PyMethodDef methods[] = {
     {"qgemm_pack", py_qgemm_pack, METH_VARARGS,
      "qgemm_pack(b, packed, column_sums, k, n): int8 b (k x n) in qgemm_u8s8's layout, and its "
      "column sums in int32."},
-    {"gemm_batched", py_gemm_batched, METH_VARARGS,
-     "gemm_batched(a, a_bs, ars, acs, b, b_bs, brs, bcs, c, batch, m, n, k): c[i] = a[i] @ b[i] "
-     "(float32, strided operands), the stack split over the threads."},
     {"qgemm_float", py_qgemm_float, METH_VARARGS,
      "qgemm_float(a, packed_b, col_sub, row_sum, col_zb, scale, bias, y, m, n, k): y = float32(a @ b "
      "- the zero points' terms) * scale + bias, in the int8 GEMM's registers."},

@@ -55,7 +55,6 @@ __all__ = [
     "pack_int8",
     "qgemm_u8s8",
     "qgemm_float",
-    "gemm_batched",
     "qconv",
     "qlinear_add",
     "qconv_depthwise",
@@ -694,53 +693,6 @@ def _strided(x: np.ndarray) -> tuple[np.ndarray, int, int]:
         return x.T, x.strides[0] // 4, x.strides[1] // 4
     x = np.ascontiguousarray(x)
     return x, x.shape[1], 1
-
-
-def gemm_batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """``np.matmul(a, b)`` of two float32 stacks of matrices with the same leading shape,
-    the products shared out over the threads whole (csrc/gemm.c); ``None`` when the call
-    does not qualify (broadcasting, other dtypes, empty)."""
-    if (not ENABLED or a.dtype != _F32 or b.dtype != _F32 or a.ndim < 3 or a.shape[:-2] != b.shape[:-2]
-            or a.shape[-1] != b.shape[-2] or a.size == 0 or b.size == 0):
-        return None
-    (m, k), n = a.shape[-2:], b.shape[-1]
-    batch = a.size // (m * k)
-    operands = []
-    for x in (a, b):
-        strides = _stack_strides(x)
-        if strides is None:  # lead axes that no single stride walks: a copy
-            x = np.ascontiguousarray(x)
-            strides = _stack_strides(x)
-        base = _base_view(x)
-        if strides is None or base is None:
-            return None
-        operands.append((base, *strides))
-    out = np.empty(a.shape[:-1] + (n,), _F32)
-    _native.gemm_batched(*operands[0], *operands[1], out, batch, m, n, k)
-    return out
-
-
-def _stack_strides(x: np.ndarray) -> tuple[int, int, int] | None:
-    """(stack stride, row stride, column stride) of a float32 stack of matrices in floats,
-    the stack's leading axes walked by one stride (views of transposed heads are), else
-    ``None``."""
-    if any(s < 0 or s % 4 for s in x.strides):
-        return None
-    lead = [(d, s // 4) for d, s in zip(x.shape[:-2], x.strides[:-2]) if d > 1]
-    for (_, outer), (d, inner) in zip(lead, lead[1:]):
-        if outer != inner * d:
-            return None
-    return (lead[-1][1] if lead else 0), x.strides[-2] // 4, x.strides[-1] // 4
-
-
-def _base_view(x: np.ndarray) -> np.ndarray | None:
-    """A 1-D contiguous float32 view from x's first element to its last (what the C side
-    indexes with x's strides, in floats), whatever x is a view of (a slice of a bigger
-    stack, a buffer of another dtype); ``None`` for negative strides."""
-    if any(s < 0 for s in x.strides):
-        return None
-    extent = 1 + sum((d - 1) * (s // 4) for d, s in zip(x.shape, x.strides))
-    return np.lib.stride_tricks.as_strided(x, shape=(extent,), strides=(4,), writeable=False)
 
 
 def _pack(w: np.ndarray, side: str) -> PackedMatrix | None:

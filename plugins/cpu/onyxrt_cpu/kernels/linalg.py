@@ -61,23 +61,11 @@ def contiguous_transpose(w: np.ndarray) -> np.ndarray:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.matmul``, with a batched ``(..., M, K)`` times a 2-D ``(K, N)`` as one GEMM over
-    all rows rather than one per batch entry, and two float32 stacks of the same leading
-    shape (attention's products) through the compiled GEMM with the stack shared out over
-    the threads (numpy calls BLAS once per small product: [12, 128, 64] x [12, 64, 128]
-    578 against ~150 us)."""
+    all rows rather than one per batch entry."""
     if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
         y = np.matmul(a.reshape(-1, a.shape[-1]), b)
         return y.reshape(a.shape[:-1] + (b.shape[-1],))
-    if a.ndim > 2 and b.ndim == a.ndim and a.shape[-2] >= MIN_BATCHED_SIDE and b.shape[-1] >= MIN_BATCHED_SIDE:
-        y = native.gemm_batched(a, b)
-        if y is not None:
-            return y
     return np.matmul(a, b)
-
-
-# Stacked products with fewer rows or columns than this stay with numpy (a stack of
-# matrix-vector products).
-MIN_BATCHED_SIDE = 8
 
 
 # Fewer rows than this go to BLAS: one row is a matrix-vector product, which OpenBLAS's
