@@ -746,3 +746,25 @@ def test_backend_run_node_runs_a_single_add():
     b = np.array([10.0, 20.0, 30.0], np.float32)
     (c,) = onyxrt.backend.run_node(node, [a, b])
     np.testing.assert_array_equal(c, a + b)
+
+
+def test_outputs_that_view_initializers_or_feeds_are_copies():
+    """An output that is a view of a constant (Reshape of an initializer) or of a feed
+    (Reshape of the input) comes back as its own array, run after run: mutating it changes
+    neither the next run's result nor the caller's feed."""
+    from onnx import helper
+
+    weights = np.arange(12, dtype=np.float32)
+    nodes = [helper.make_node("Reshape", ["w", "shape"], ["w_view"], name="view_w"),
+             helper.make_node("Reshape", ["x", "shape"], ["x_view"], name="view_x")]
+    model = make_model(nodes, [tensor("x", [12])], [tensor("w_view", [3, 4]), tensor("x_view", [3, 4])],
+                       {"w": weights, "shape": np.array([3, 4], np.int64)})
+    sess = onyxrt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.ones(12, np.float32)
+    for _ in range(2):
+        w_out, x_out = sess.run(None, {"x": x})
+        assert not np.shares_memory(x_out, x)
+        np.testing.assert_array_equal(w_out, weights.reshape(3, 4))
+        w_out[...] = -1
+        x_out[...] = -1
+    np.testing.assert_array_equal(x, 1)

@@ -101,6 +101,8 @@ class ExecutionPlan:
         self.hooked_providers: list[ExecutionProvider] = []
         self.space_owner: dict[str, int] = {}
         self.protected: set[int] = set()  # slots holding initializers or feeds
+        self._fed_slots: list[int] = []  # the protected slots that are not constant initializers
+        self._initializer_extent_cache: _Extents | None = None
         self.initializer_slots: set[int] = set()  # slots holding constant initializers
         self.kept_slots: set[int] = set()  # never released during a run (outputs, constants)
         #: inputs whose host slot a non-copy step reads (a device feed must come to the host)
@@ -205,14 +207,21 @@ class ExecutionPlan:
                         fed = {id(v) for v in feeds.values()}
                     if not flags.owndata or id(value) in fed:
                         if extents is None:
-                            extents = _Extents([vals[slot] for slot in protected])
-                        if extents.overlaps(value):
+                            extents = _Extents([vals[s] for s in self._fed_slots])
+                        if extents.overlaps(value) or self._initializer_extents().overlaps(value):
                             value = value.copy()
                 if id(value) in handed:
                     value = value.copy()
             handed.add(id(value))  # the arrays stay alive in results: their ids stay theirs
             results.append(value)
         return results
+
+    def _initializer_extents(self) -> _Extents:
+        """The memory extents of the constant initializers' values, sorted once per plan (a
+        GPT-2 export's views among its outputs made every run measure ~1100 arrays)."""
+        if self._initializer_extent_cache is None:
+            self._initializer_extent_cache = _Extents([self.template[s] for s in self.initializer_slots])
+        return self._initializer_extent_cache
 
     def finalize(self) -> None:
         """Freeze the steps into the tuples the run loop reads (call after building).
@@ -235,6 +244,10 @@ class ExecutionPlan:
             for name, (slot, owner) in self.output_slots.items()
         }
         self.hooked_providers = [p for p in self.used_providers if _has_run_hooks(p)]
+        # the protected slots a run fills (feeds; overridable initializers): their extents
+        # are taken per run, the constant initializers' once (_initializer_extents)
+        self._fed_slots = sorted(self.protected - self.initializer_slots)
+        self._initializer_extent_cache = None
         self.step_graph = StepGraph.of(self.steps)
         host_slots = {slot: name for name, slot in self.input_slots.items()}
         self.host_read_inputs = {
