@@ -22,6 +22,7 @@ from kernel_cases import (
 from kernel_cases import op_output as ours
 from onnx import TensorProto
 
+import onyxrt
 from onyxrt.dtypes import onnx_elem_type
 
 OPS = [
@@ -162,3 +163,34 @@ def test_where_strings_and_old_version():
     assert got.dtype == object and got.tolist() == ["a", "z", "c"]
     want = onnxrt("Where", [c, x, y], 9, out_type=TensorProto.STRING)
     assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize(("cond", "x", "y"), [
+    ((1, 12, 4, 4), (), (1, 12, 4, 4)),        # a NaN guard: Where(IsNaN(p), 0, p)
+    ((1, 1, 1, 4), (1, 12, 4, 4), ()),         # a mask over scores, the fill a scalar
+    ((3, 1), (1, 4), (3, 4)),
+    ((4,), (3, 4), (3, 4)),
+    ((3, 1), (1, 4), (1,)),                    # neither has the output's shape: numpy's where
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+def test_where_copy_path_is_numpys_where(cond, x, y, dtype):
+    from onnx import helper
+
+    rng = np.random.default_rng(1)
+    c = rng.random(cond) < 0.5
+    xv = (rng.standard_normal(x) * 10).astype(dtype)
+    yv = (rng.standard_normal(y) * 10).astype(dtype)
+    if dtype == np.float32 and xv.size:
+        xv.flat[0] = np.nan
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("Where", ["c", "x", "y"], ["o"])], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, list(cond)),
+         helper.make_tensor_value_info("x", t, list(x)), helper.make_tensor_value_info("y", t, list(y))],
+        [helper.make_tensor_value_info("o", t, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    out = onyxrt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"c": c, "x": xv, "y": yv})[0]
+    want = np.where(c, xv, yv)
+    assert out.dtype == want.dtype and out.shape == want.shape
+    np.testing.assert_array_equal(out, want)
