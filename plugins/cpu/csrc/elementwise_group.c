@@ -273,3 +273,61 @@ py_elementwise_group(PyObject *self, PyObject *args)
     }
     Py_RETURN_NONE;
 }
+
+/* Where(condition, X, Y) for 4-byte elements when the condition and one operand have the
+ * output's size and the other operand is one value (a NaN guard after a softmax, a mask
+ * over attention scores): out[i] = cond[i] ? a[i] : b with `scalar_is_x` 0, or cond[i] ?
+ * b : a[i] with 1 — bit copies, so NaN payloads and signed zeros pass unchanged. */
+typedef struct {
+    const uint8_t *cond;
+    const uint32_t *full;
+    uint32_t scalar;
+    int scalar_is_x;
+    uint32_t *out;
+} SelectCall;
+
+MULTIVERSION static void
+select_range(void *ctx, idx begin, idx end)
+{
+    const SelectCall *c = (const SelectCall *)ctx;
+    const uint32_t s = c->scalar;
+    const uint8_t *cond = c->cond;
+    const uint32_t *full = c->full;
+    uint32_t *out = c->out;
+    if (c->scalar_is_x) {
+        for (idx i = begin; i < end; i++) {
+            out[i] = cond[i] ? s : full[i];
+        }
+    } else {
+        for (idx i = begin; i < end; i++) {
+            out[i] = cond[i] ? full[i] : s;
+        }
+    }
+}
+
+/* select4(cond, full, scalar, scalar_is_x, out): see select_range. */
+PyObject *
+py_select4(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *co, *fo, *so, *oo;
+    int scalar_is_x;
+    if (!PyArg_ParseTuple(args, "OOOpO", &co, &fo, &so, &scalar_is_x, &oo)) {
+        return NULL;
+    }
+    enum { C, F, S, O, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (get_bytes(co, &v[C], 0, 0, 1, "condition") < 0 || get_bytes(fo, &v[F], 0, v[C].len, 4, "operand") < 0 ||
+        get_bytes(so, &v[S], 0, 1, 4, "scalar") < 0 || get_bytes(oo, &v[O], 1, v[C].len, 4, "out") < 0) {
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    SelectCall call = {(const uint8_t *)v[C].buf, (const uint32_t *)v[F].buf, *(const uint32_t *)v[S].buf,
+                       scalar_is_x, (uint32_t *)v[O].buf};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(select_range, &call, v[C].len, 4 * MIN_PARALLEL_FLOATS);
+    Py_END_ALLOW_THREADS
+    release_all(v, VIEWS);
+    Py_RETURN_NONE;
+}

@@ -10,6 +10,9 @@ static PyMethodDef methods[] = {
     {"qgemm_pack", py_qgemm_pack, METH_VARARGS,
      "qgemm_pack(b, packed, column_sums, k, n): int8 b (k x n) in qgemm_u8s8's layout, and its "
      "column sums in int32."},
+    {"select4", py_select4, METH_VARARGS,
+     "select4(cond, full, scalar, scalar_is_x, out): Where of 4-byte elements with one operand "
+     "a single value."},
     {"qgemm_float", py_qgemm_float, METH_VARARGS,
      "qgemm_float(a, packed_b, col_sub, row_sum, col_zb, scale, bias, y, m, n, k): y = float32(a @ b "
      "- the zero points' terms) * scale + bias, in the int8 GEMM's registers."},

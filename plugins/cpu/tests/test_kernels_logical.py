@@ -171,8 +171,10 @@ def test_where_strings_and_old_version():
     ((3, 1), (1, 4), (3, 4)),
     ((4,), (3, 4), (3, 4)),
     ((3, 1), (1, 4), (1,)),                    # neither has the output's shape: numpy's where
+    ((1, 12, 16, 16), (1,), (1, 12, 16, 16)),  # large enough for the compiled select
+    ((1, 12, 16, 16), (1, 12, 16, 16), ()),
 ])
-@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.uint8])
 def test_where_copy_path_is_numpys_where(cond, x, y, dtype):
     from onnx import helper
 

@@ -22,6 +22,7 @@ from onnx import TensorProto
 from onyxrt.kernels import KernelInfo
 from onyxrt_ops import library
 
+from .. import native
 from . import registry
 from ._backend import BACKEND
 
@@ -62,11 +63,15 @@ class Where(library.kernel("Where", 16, BACKEND)):
     of X and Y already has the output's shape (a mask over attention scores, a NaN guard
     after a softmax) and both have one numeric type, the output is a copy of it with the
     other written under the (broadcast) condition: [1, 12, 128, 128] float32 with a scalar
-    48 us against numpy's ``where`` 136."""
+    48 us against numpy's ``where`` 136; with 4-byte elements, a full-shaped condition and
+    the other operand one value, one compiled pass (:func:`native.where_scalar`)."""
 
     def compute(self, condition, x, y):
         if (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
                 and x.dtype.kind in "biuf" and condition.dtype == np.bool_):
+            fast = native.where_scalar(condition, x, y)
+            if fast is not None:
+                return (fast,)
             shape = np.broadcast_shapes(condition.shape, x.shape, y.shape)
             if y.shape == shape:
                 out = y.copy()
