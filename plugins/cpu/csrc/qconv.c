@@ -17,7 +17,9 @@
  * q = round-half-even(real / y_scale) + y_zero_point, saturated — bit-identical to it.
  *
  * Depthwise convolutions (one input channel per group) have K = kh * kw per channel: no
- * GEMM; each output row sums kh * kw shifted input rows in int32 (qconv_depthwise).
+ * GEMM; each channel's plane is widened to float32 x - zero point on its phase planes and
+ * every tap is a contiguous multiply-add over all outputs (exact: the sums stay below
+ * 2**24), requantized from the registers (qconv_depthwise).
  *
  * Only built for x86-64 with GCC or clang; the Python side calls these only where
  * qgemm_supported() (AVX-512 VNNI). */
@@ -50,7 +52,8 @@ typedef struct {
 } Im2colCall;
 
 /* Rows [begin, end) of the im2col matrix (row k: channel k / (kh kw), tap (i, j)), each
- * output row one run of copies between its padded ends. */
+ * output row one run of copies between its padded ends: the convolutions with strides (or
+ * kernels wider than SHIFT_MAX_TAPS), which the shifted packing does not read in place. */
 static void
 im2col_rows(void *ctx, idx begin, idx end)
 {
@@ -70,27 +73,6 @@ im2col_rows(void *ctx, idx begin, idx end)
         valid_columns(g.oh, ih0, g.sh, g.h, &top, &bottom);
         memset(col, pad, (size_t)(top * g.ow));
         memset(col + bottom * g.ow, pad, (size_t)((g.oh - bottom) * g.ow));
-        if (g.sw == 1 && g.sh == 1 && g.ow == g.w && bottom > top) {
-            /* output rows are input rows shifted by a constant: one copy of the whole
-             * span, clipped to the plane, then each row's padded ends */
-            const idx first = (top + ih0) * g.w + iw0, count = (bottom - top) * g.w;
-            const idx from = first < 0 ? 0 : first;
-            const idx to = first + count > g.h * g.w ? g.h * g.w : first + count;
-            uint8_t *out = col + top * g.ow;
-            for (idx t = from; t < to; t++) {
-                out[t - first] = (uint8_t)(plane[t] ^ flip);
-            }
-            for (idx oh = top; oh < bottom; oh++) {
-                uint8_t *row = col + oh * g.ow;
-                for (idx t = 0; t < lo; t++) {
-                    row[t] = pad;
-                }
-                for (idx t = hi; t < g.ow; t++) {
-                    row[t] = pad;
-                }
-            }
-            continue;
-        }
         for (idx oh = top; oh < bottom; oh++) {
             uint8_t *out = col + oh * g.ow;
             const uint8_t *row = plane + (oh * g.sh + ih0) * g.w + iw0;
@@ -406,9 +388,13 @@ depthwise_range(void *ctx, idx begin, idx end)
         return;
     }
     const PhaseLayout *p = &work.p;
-    float *plane = (float *)malloc((size_t)(hw + 16) * sizeof(float));
+    /* Unit strides: one phase plane, the image at rows ph.., columns pw.. of it; its
+     * padding is the same for every channel, so it is zeroed once and only the image's
+     * positions are written per channel (no intermediate plane). */
+    const int unit = g->sh == 1 && g->sw == 1;
+    float *plane = unit ? NULL : (float *)malloc((size_t)(hw + 16) * sizeof(float));
     uint8_t *wide = (uint8_t *)malloc((size_t)(p->span + 64));
-    if (plane == NULL || wide == NULL) {
+    if ((!unit && plane == NULL) || wide == NULL) {
         free(plane), free(wide);
         phase_work_close(&work);
         c->failed = 1;
@@ -416,10 +402,6 @@ depthwise_range(void *ctx, idx begin, idx end)
     }
     const __m512i vzx = _mm512_set1_epi32(c->zx);
     const __m128i vflip = _mm_set1_epi8((char)c->flip);
-    /* Unit strides: one phase plane, the image at rows ph.., columns pw.. of it; its
-     * padding is the same for every channel, so it is zeroed once and only the image's
-     * positions are written per channel (no intermediate plane). */
-    const int unit = g->sh == 1 && g->sw == 1;
     const idx row_lo = g->ph < 0 ? -g->ph : 0, row_hi = g->h < p->hq - g->ph ? g->h : p->hq - g->ph;
     const idx col_lo = g->pw < 0 ? -g->pw : 0, col_hi = g->w < p->wq - g->pw ? g->w : p->wq - g->pw;
     if (unit) {

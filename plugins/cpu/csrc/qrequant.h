@@ -49,23 +49,6 @@ requant16(__m512i t, const Requant *r)
     return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(r->lo)), _mm512_set1_epi32(r->hi));
 }
 
-/* A row of n accumulators: t = acc + add - za * colsum (colsum may be NULL), stored as
- * bytes. */
-AVX512_REQUANT static inline void
-requantize_row(const int32_t *acc, const int32_t *colsum, int32_t add, int32_t za, idx n,
-               const Requant *r, uint8_t *y)
-{
-    const __m512i vadd = _mm512_set1_epi32(add), vza = _mm512_set1_epi32(za);
-    for (idx p = 0; p < n; p += 16) {
-        const idx left = n - p;
-        const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-        __m512i t = _mm512_add_epi32(_mm512_maskz_loadu_epi32(mask, acc + p), vadd);
-        if (colsum != NULL) {
-            t = _mm512_sub_epi32(t, _mm512_mullo_epi32(vza, _mm512_maskz_loadu_epi32(mask, colsum + p)));
-        }
-        _mm512_mask_cvtepi32_storeu_epi8(y + p, mask, requant16(t, r));
-    }
-}
 #endif
 
 /* The int8 GEMM's requantizing epilogue (qgemm_run with one): row i of the product,

@@ -115,6 +115,7 @@ GEOMETRIES = [
     ((1, 9, 13, 13), (9, 1, 3, 3), dict(group=9, dilations=[2, 2], auto_pad="SAME_UPPER")),
     ((1, 10, 15, 15), (20, 10, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
     ((2, 4, 37), (6, 4, 5), dict(strides=[2], pads=[1, 2])),  # 1-D
+    ((1, 2, 40), (3, 2, 21), dict(pads=[10, 10])),  # wider than the shifted packing takes: im2col
     ((1, 64, 20, 20), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
 ]
 TYPE_PAIRS = [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)]
