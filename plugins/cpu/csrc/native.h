@@ -3,8 +3,10 @@
  * files share. One file per concept: buffers.c (argument checks), epilogue.c, phases.c
  * (the phase planes of strided windows), depthwise.c, pool.c, im2col.c, winograd.c,
  * activation.c (GELU, Softmax), normalization.c (LayerNormalization), gemm.c, nchwc.c
- * (convolutions in the blocked channel layout), transpose.c, threads.c, module.c; vec16.h holds the
- * vector helpers of the register-tiled kernels.
+ * (convolutions in the blocked channel layout), transpose.c, threads.c, module.c; qgemm.c
+ * (the int8 GEMM, AVX-512 VNNI), qconv.c (QLinearConv on it), quantize.c (8-bit
+ * quantization passes, QLinearAdd); vec16.h holds the vector helpers of the register-tiled
+ * kernels, qrequant.h the requantization and float epilogues of the int8 kernels.
  *
  * numpy runs these operations as several whole-array passes with short inner loops
  * (a 3x3 depthwise convolution is ~19 passes over 7-element rows at 7x7); here each is
