@@ -311,3 +311,77 @@ py_qlinear_add(PyObject *self, PyObject *args)
     release_all(v, VIEWS);
     Py_RETURN_NONE;
 }
+
+/* The minimum and maximum of float32 x in one pass (numpy's min and max take one each):
+ * what dynamic quantization computes its range from. NaN anywhere gives NaN for both, as
+ * numpy's do. */
+typedef struct {
+    const float *x;
+    float lo[64], hi[64]; /* per piece: parallel_for hands out at most this many */
+    int nan[64];
+    idx piece; /* elements per piece */
+} MinMaxCall;
+
+MULTIVERSION static void
+minmax_range(void *ctx, idx begin, idx end)
+{
+    MinMaxCall *c = (MinMaxCall *)ctx;
+    for (idx p = begin; p < end; p++) {
+        const float *x = c->x + p * c->piece;
+        const idx n = c->piece;
+        float lo = x[0], hi = x[0];
+        int nan = 0;
+        for (idx i = 0; i < n; i++) {
+            const float v = x[i];
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            nan |= v != v;
+        }
+        c->lo[p] = lo;
+        c->hi[p] = hi;
+        c->nan[p] = nan;
+    }
+}
+
+/* minmax(x) -> (min, max) of a C-contiguous float32 array with at least one element. */
+PyObject *
+py_minmax(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo;
+    if (!PyArg_ParseTuple(args, "O", &xo)) {
+        return NULL;
+    }
+    Py_buffer v;
+    if (get_f32(xo, &v, 0, 1, "x") < 0) {
+        return NULL;
+    }
+    const idx n = v.len / 4;
+    /* pieces of whole vectors; the tail (n % pieces) folded in after */
+    idx pieces = n / (4 * MIN_PARALLEL_FLOATS);
+    pieces = pieces < 1 ? 1 : (pieces > 64 ? 64 : pieces);
+    MinMaxCall call;
+    call.x = (const float *)v.buf;
+    call.piece = n / pieces;
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(minmax_range, &call, pieces, 1);
+    Py_END_ALLOW_THREADS
+    float lo = call.lo[0], hi = call.hi[0];
+    int nan = 0;
+    for (idx p = 0; p < pieces; p++) {
+        lo = call.lo[p] < lo ? call.lo[p] : lo;
+        hi = call.hi[p] > hi ? call.hi[p] : hi;
+        nan |= call.nan[p];
+    }
+    const float *x = (const float *)v.buf;
+    for (idx i = pieces * call.piece; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+        nan |= x[i] != x[i];
+    }
+    release(&v);
+    if (nan) {
+        return Py_BuildValue("(dd)", (double)NAN, (double)NAN);
+    }
+    return Py_BuildValue("(dd)", (double)lo, (double)hi);
+}
