@@ -10,8 +10,6 @@ static PyMethodDef methods[] = {
     {"qgemm_pack", py_qgemm_pack, METH_VARARGS,
      "qgemm_pack(b, packed, column_sums, k, n): int8 b (k x n) in qgemm_u8s8's layout, and its "
      "column sums in int32."},
-    {"minmax", py_minmax, METH_VARARGS,
-     "minmax(x) -> (min, max) of a float32 array in one pass (NaN if any is NaN)."},
     {"select4", py_select4, METH_VARARGS,
      "select4(cond, full, scalar, scalar_is_x, out): Where of 4-byte elements with one operand "
      "a single value."},

@@ -165,7 +165,6 @@ PyObject *py_qgemm_u8s8(PyObject *self, PyObject *args);
 PyObject *py_qgemm_supported(PyObject *self, PyObject *args);
 PyObject *py_qgemm_pack(PyObject *self, PyObject *args);
 PyObject *py_qconv(PyObject *self, PyObject *args);
-PyObject *py_minmax(PyObject *self, PyObject *args);
 PyObject *py_select4(PyObject *self, PyObject *args);
 PyObject *py_qgemm_float(PyObject *self, PyObject *args);
 PyObject *py_qlinear_add(PyObject *self, PyObject *args);

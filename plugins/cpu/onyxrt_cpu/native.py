@@ -56,7 +56,6 @@ __all__ = [
     "qgemm_u8s8",
     "qgemm_float",
     "where_scalar",
-    "min_max",
     "qconv",
     "qlinear_add",
     "qconv_depthwise",
@@ -482,15 +481,6 @@ def qconv_depthwise(x: np.ndarray, centered: np.ndarray, bias: np.ndarray, scale
     weights minus their zero points."""
     _native.qconv_depthwise(x, centered, bias, scale, y, geometry, int(flip), zp_x, y_scale,
                             y_zero_point, lo, hi)
-
-
-def min_max(x: np.ndarray) -> tuple[np.float32, np.float32] | None:
-    """``(x.min(), x.max())`` of a non-empty float32 array in one compiled pass (NaN for
-    both when x holds one, as numpy's); ``None`` when the call does not qualify."""
-    if not ENABLED or x.dtype != _F32 or x.size == 0:
-        return None
-    lo, hi = _native.minmax(np.ascontiguousarray(x))
-    return np.float32(lo), np.float32(hi)
 
 
 def where_scalar(condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:

@@ -678,19 +678,3 @@ def test_compiled_group_refuses_bad_programs():
         native.elementwise_group((x,), (0,), y, np.array([[0, 0, 5]], np.int32), 0)
     with pytest.raises(ValueError):
         native.elementwise_group((np.ones(3, np.float32),), (0,), y, np.array([[6, 0, -1]], np.int32), 0)
-
-
-@pytest.mark.parametrize("n", [1, 7, 65536, 65537, 300005])
-def test_min_max_is_numpys(n):
-    """The one-pass range of dynamic quantization: numpy's min and max, NaN included."""
-    if not native.ENABLED:
-        pytest.skip("needs the compiled kernels")
-    rng = np.random.default_rng(n)
-    x = rng.standard_normal(n).astype(np.float32)
-    assert native.min_max(x) == (x.min(), x.max())
-    x[n // 2] = np.nan
-    lo, hi = native.min_max(x)
-    assert np.isnan(lo) and np.isnan(hi)
-    strided = rng.standard_normal((3, 4, 5)).astype(np.float32)[:, ::2]
-    assert native.min_max(strided) == (strided.min(), strided.max())
-    assert native.min_max(np.zeros(0, np.float32)) is None

@@ -218,10 +218,8 @@ class DynamicQuantizeLinear(library.kernel("DynamicQuantizeLinear", 11, BACKEND)
 
     def compute(self, x):
         xf = np.asarray(x, dtype=_F32)
-        # the range in one compiled pass where it runs (numpy's min and max take two)
-        lo_hi = native.min_max(xf) or ((xf.min(), xf.max()) if xf.size else (0.0, 0.0))
-        lo = min(0.0, float(lo_hi[0]))
-        hi = max(0.0, float(lo_hi[1]))
+        lo = min(0.0, float(xf.min())) if xf.size else 0.0
+        hi = max(0.0, float(xf.max())) if xf.size else 0.0
         scale = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255))
         if scale == 0:  # all zeros: scale 1 like onnxruntime (0 would break a requantize)
             return np.zeros(xf.shape, np.uint8), np.asarray(1.0, dtype=_F32), np.asarray(0, dtype=np.uint8)
