@@ -176,3 +176,18 @@ def test_without_the_kernel_the_numpy_path_runs(monkeypatch):
     models, feeds, w = _case(1, np.uint8, np.int8, (1, 3, 8, 8), (4, 3, 3, 3), False, False, True, pads=[1, 1, 1, 1])
     np.testing.assert_array_equal(_run(models[True], feeds), _run(models[False], {**feeds, "w": w}))
 
+
+
+def test_a_weight_zero_point_fed_at_run_time_is_honoured(integer_calls):
+    """Constant weights with a zero point that is a graph input: the prepared integer
+    weights cannot assume it, so the numpy path runs, with the fed value."""
+    models, feeds, w = _case(4, np.uint8, np.int8, (1, 3, 8, 8), (4, 3, 3, 3), False, True, True, pads=[1, 1, 1, 1])
+    for model in models.values():
+        wz = next(t for t in model.graph.initializer if t.name == "wz")
+        model.graph.initializer.remove(wz)
+        model.graph.input.append(helper.make_tensor_value_info("wz", TensorProto.INT8, []))
+    fed = {**feeds, "wz": np.array(3, np.int8)}
+    got = _run(models[True], fed)
+    assert integer_calls["gemm"] == 0
+    np.testing.assert_array_equal(got, _run(models[False], {**fed, "w": w}))
+    assert not np.array_equal(got, _run(models[True], {**fed, "wz": np.array(0, np.int8)}))

@@ -346,7 +346,10 @@ class QLinearConv(library.kernel("QLinearConv", 10, BACKEND)):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self._filter = IntegerFilter.prepare(info.constant(_W), info.constant(_W_ZP), self.group)
+        zero_point = info.constant(_W_ZP)
+        # a zero point fed at run time cannot be folded into the prepared weights
+        fed_zero_point = zero_point is None and info.has_input(_W_ZP)
+        self._filter = None if fed_zero_point else IntegerFilter.prepare(info.constant(_W), zero_point, self.group)
         # x_scale, x_zero_point, w_scale, y_scale, y_zero_point and the bias all constants
         self._constant_parameters = all(
             info.constant(i) is not None or (i == _BIAS and not info.has_input(i)) for i in (1, 2, 4, 6, 7, _BIAS))
