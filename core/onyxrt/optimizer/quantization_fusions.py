@@ -140,9 +140,6 @@ def fuse_matmul_nbits_bias(model: onnx.ModelProto, ctx: PassContext) -> onnx.Mod
     return rw.commit()
 
 
-_BYTE_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
-
-
 def _per_tensor(rw: Rewrite, scale: str, zero_point: str) -> bool:
     """A constant float32 scalar scale and a constant 8-bit scalar zero point."""
     s, z = rw.array(scale), rw.array(zero_point) if zero_point else None
@@ -154,6 +151,14 @@ def _dtype(rw: Rewrite, name: str) -> np.dtype | None:
     """The type of constant ``name``."""
     value = rw.array(name)
     return None if value is None else value.dtype
+
+
+def _float_steps(*nodes: onnx.NodeProto) -> bool:
+    """Whether Q/DQ ``nodes`` compute in float32 as the fused kernels do: no blocks, no
+    other output type (DequantizeLinear-21's output_dtype), no other division precision
+    (QuantizeLinear-25's precision)."""
+    return all(_attribute(n, "block_size", 0) == 0 and _attribute(n, "output_dtype", 0) in (0, _FLOAT)
+               and _attribute(n, "precision", 0) in (0, _FLOAT) for n in nodes)
 
 
 def _dq_inputs(dq: onnx.NodeProto) -> tuple[str, str, str]:
@@ -204,7 +209,7 @@ def _fuse_qdq_conv(rw: Rewrite) -> None:
         x_q, x_scale, x_zp = _dq_inputs(dqx)
         w_q, w_scale, w_zp = _dq_inputs(dqw)
         if (not _per_tensor(rw, x_scale, x_zp) or not _per_tensor(rw, q.input[1], q.input[2])
-                or _attribute(dqw, "block_size", 0) or _attribute(dqx, "block_size", 0)):
+                or not _float_steps(dqx, dqw, q)):
             continue
         w, ws = rw.array(w_q), rw.array(w_scale)
         if w is None or ws is None or w.dtype not in (np.int8, np.uint8) or ws.dtype != np.float32:
@@ -251,7 +256,8 @@ def _fuse_qdq_add(rw: Rewrite) -> bool:
         if any(dq is None for dq in dqs) or not _default(q, "QuantizeLinear") or len(q.input) < 3:
             continue
         params = [_dq_inputs(dq) for dq in dqs if dq is not None]
-        if (not all(_per_tensor(rw, scale, zp) for _, scale, zp in params)
+        if (not _float_steps(q, *[dq for dq in dqs if dq is not None])
+                or not all(_per_tensor(rw, scale, zp) for _, scale, zp in params)
                 or not _per_tensor(rw, q.input[1], q.input[2])
                 or len({_dtype(rw, zp) for zp in (params[0][2], params[1][2], q.input[2])}) != 1):
             continue
