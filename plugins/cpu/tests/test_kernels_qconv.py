@@ -191,3 +191,18 @@ def test_a_weight_zero_point_fed_at_run_time_is_honoured(integer_calls):
     assert integer_calls["gemm"] == 0
     np.testing.assert_array_equal(got, _run(models[False], {**fed, "w": w}))
     assert not np.array_equal(got, _run(models[True], {**fed, "wz": np.array(0, np.int8)}))
+
+
+@needs_vnni
+def test_a_depthwise_filter_too_wide_for_exact_float_sums_takes_the_gemm(integer_calls):
+    """The depthwise kernel's float32 sums are exact up to 258 taps; a 17 x 17 filter (289)
+    with extreme values runs through the GEMM instead, bit-identical to the numpy path."""
+    rng = np.random.default_rng(11)
+    x = np.where(rng.random((1, 2, 20, 20)) < 0.5, 0, 255).astype(np.uint8)
+    w = np.where(rng.random((2, 1, 17, 17)) < 0.5, -128, 127).astype(np.int8)
+    args = (np.uint8, w, np.array(1e-4, np.float32), np.array(0, np.int8), np.uint8, None)
+    feeds = {"x": x, "xs": np.array(0.02, np.float32), "xz": np.array(255, np.uint8),
+             "ys": np.array(0.5, np.float32), "yz": np.array(128, np.uint8)}
+    fast = _run(_model(*args, True, group=2, pads=[8, 8, 8, 8]), feeds)
+    assert integer_calls == {"gemm": 1, "depthwise": 0}
+    np.testing.assert_array_equal(fast, _run(_model(*args, False, group=2, pads=[8, 8, 8, 8]), {**feeds, "w": w}))

@@ -285,6 +285,10 @@ _W, _W_SCALE, _W_ZP, _BIAS = 3, 4, 5, 8
 # The integer kernel sums at most this many products: |sum (a - za)(b - zb)| < K * 255**2
 # stays inside int32 with room for the bias.
 _MAX_INTEGER_K = 32000
+# The depthwise kernel sums a channel's taps in float32, exact while every partial sum of
+# products of centered 8-bit values stays below 2**24: 258 * 255**2 < 2**24 (wider filters
+# take the GEMM, one group per channel).
+_MAX_DEPTHWISE_TAPS = 258
 _BYTE_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 #: Input shapes a QLinearConv keeps a prepared call for (batch sizes, image sizes).
 _MAX_PREPARED_SHAPES = 16
@@ -306,7 +310,9 @@ class IntegerFilter:
     @classmethod
     def prepare(cls, w: Any, w_zero_point: Any, group: int) -> IntegerFilter | None:
         """``None`` where the integer kernel does not apply (no VNNI, not 1-D/2-D, not
-        8-bit, zero points neither per tensor nor per output channel, K too large)."""
+        8-bit, zero points neither per tensor nor per output channel, K too large).
+        Depthwise filters of more than :data:`_MAX_DEPTHWISE_TAPS` taps are prepared for
+        the GEMM path, where the sums are integers whatever their size."""
         if not native.QGEMM or not isinstance(w, np.ndarray) or w.dtype not in _BYTE_TYPES:
             return None
         if w.ndim not in (3, 4) or w.shape[0] % group or w.shape[0] == 0:
@@ -321,7 +327,7 @@ class IntegerFilter:
             return None
         kernel = tuple(int(d) for d in w.shape[2:])
         flat = w.reshape(m, k)
-        if group == m and w.shape[1] == 1:  # depthwise
+        if group == m and w.shape[1] == 1 and k <= _MAX_DEPTHWISE_TAPS:  # depthwise
             centered = (flat.astype(np.int16) - zp.reshape(-1, 1).astype(np.int16)).astype(np.int16)
             return cls(None, np.zeros(m, np.int32), zp, np.ascontiguousarray(centered), kernel)
         if w.dtype == np.int8:
