@@ -191,31 +191,33 @@ qgemm_range(void *ctx, idx begin, idx end)
 }
 #endif
 
-void
-qgemm_run(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, int32_t *c,
-          const QgemmRequant *rq)
+/* The tiles of one product over the pool, with the epilogue rq or fq (or neither). */
+static void
+qgemm_dispatch(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, int32_t *c,
+               const QgemmRequant *rq, const QgemmFloat *fq)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     const idx k4 = (k + 3) / 4, col_tiles = (n + 63) / 64;
-    QgemmCall call = {a, lda, bp, m, n, k, k4, col_tiles, c, rq, NULL};
+    QgemmCall call = {a, lda, bp, m, n, k, k4, col_tiles, c, rq, fq};
     const idx tiles = ((m + Q_MR - 1) / Q_MR) * col_tiles;
     /* A tile is Q_MR * 64 * K multiply-adds: hand out a few per thread at least. */
     parallel_for(qgemm_range, &call, tiles, 1 + (1 << 20) / (Q_MR * 64 * (k + 1)));
 #else
-    (void)a, (void)lda, (void)bp, (void)m, (void)n, (void)k, (void)c, (void)rq;
+    (void)a, (void)lda, (void)bp, (void)m, (void)n, (void)k, (void)c, (void)rq, (void)fq;
 #endif
+}
+
+void
+qgemm_run(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, int32_t *c,
+          const QgemmRequant *rq)
+{
+    qgemm_dispatch(a, lda, bp, m, n, k, c, rq, NULL);
 }
 
 void
 qgemm_run_float(const uint8_t *a, idx lda, const int8_t *bp, idx m, idx n, idx k, const QgemmFloat *fq)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-    const idx k4 = (k + 3) / 4, col_tiles = (n + 63) / 64;
-    QgemmCall call = {a, lda, bp, m, n, k, k4, col_tiles, NULL, NULL, fq};
-    parallel_for(qgemm_range, &call, ((m + Q_MR - 1) / Q_MR) * col_tiles, 1 + (1 << 20) / (Q_MR * 64 * (k + 1)));
-#else
-    (void)a, (void)lda, (void)bp, (void)m, (void)n, (void)k, (void)fq;
-#endif
+    qgemm_dispatch(a, lda, bp, m, n, k, NULL, NULL, fq);
 }
 
 /* qgemm_float(a, packed_b, col_sub, row_sum or None, col_zb or None, scale, bias or None,

@@ -31,7 +31,7 @@ from .. import native
 from . import registry
 from ._backend import BACKEND
 from .linalg import integer_product, integer_product_to_float, matmul, pack_integer_b
-from .quantization import DequantizeLinear, QuantizeLinear
+from .quantization import DequantizeLinear, QuantizeLinear, is_scalar
 
 __all__ = ["MsQuantizeLinear", "MsDequantizeLinear", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
            "MatMulNBits", "QLinearAdd", "DEQUANTIZED_WEIGHTS_BUDGET"]
@@ -56,10 +56,6 @@ _MS = "com.microsoft"
 _BYTES = (np.int8, np.uint8)
 
 
-def _scalar8(v: Any, dtypes: tuple[Any, ...]) -> bool:
-    return isinstance(v, np.ndarray) and v.size == 1 and v.dtype in dtypes
-
-
 @registry.register("QLinearAdd", since=1, domain=_MS, types={"T": _BYTES, "F": (np.float32,)})
 class QLinearAdd(library.kernel("QLinearAdd", 1, BACKEND, _MS)):
     """The library's QLinearAdd; two 8-bit tensors of one shape with per-tensor parameters
@@ -68,8 +64,8 @@ class QLinearAdd(library.kernel("QLinearAdd", 1, BACKEND, _MS)):
 
     def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
         if (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
-                and all(_scalar8(s, (np.float32,)) for s in (a_scale, b_scale, c_scale))
-                and all(z is None or _scalar8(z, (a.dtype,)) for z in (a_zero_point, b_zero_point, c_zero_point))):
+                and all(is_scalar(s, (np.float32,)) for s in (a_scale, b_scale, c_scale))
+                and all(z is None or is_scalar(z, (a.dtype,)) for z in (a_zero_point, b_zero_point, c_zero_point))):
             sc = np.float32(c_scale.reshape(()))
             y = native.qlinear_add(a, b, *(0 if z is None else int(z.reshape(())) for z in (a_zero_point, b_zero_point)),
                                    np.float32(a_scale.reshape(())) / sc, np.float32(b_scale.reshape(())) / sc,

@@ -291,19 +291,27 @@ def pack_integer_b(b: np.ndarray, zb: np.ndarray | None) -> PackedB | None:
     return None if packed is None else (packed, z.reshape(-1) if z.size > 1 else z.reshape(()))
 
 
+def _unsigned_operand(a: np.ndarray, za: Any, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The int8 kernel's left operand: an 8-bit ``a`` (..., K) as uint8 (int8 as a + 128)
+    and its zero point as int32 moved alike; ``None`` for another dtype or K."""
+    if a.ndim < 1 or a.shape[-1] != k:
+        return None
+    z = np.zeros((), np.int32) if za is None else np.asarray(za).astype(np.int32)
+    if a.dtype == np.int8:
+        return a.view(np.uint8) ^ np.uint8(0x80), z + 128
+    return (a, z) if a.dtype == np.uint8 else None
+
+
 def integer_product(a: np.ndarray, za: Any, b: PackedB) -> np.ndarray | None:
     """(a - za) @ (B - zb) in int32 by the int8 kernel: raw u8 x s8 sums, then the zero
     points' terms (from B's column sums and A's row sums); ``None`` where it does not
     apply (A not 8-bit, per-row zero points of a batched A)."""
     packed, zb = b
     k = packed.shape[0]
-    if a.ndim < 1 or a.shape[-1] != k:
+    operand = _unsigned_operand(a, za, k)
+    if operand is None:
         return None
-    z = np.zeros((), np.int32) if za is None else np.asarray(za).astype(np.int32)
-    if a.dtype == np.int8:  # as uint8 a + 128, its zero point moved alike
-        a, z = (a.view(np.uint8) ^ np.uint8(0x80)), z + 128
-    elif a.dtype != np.uint8:
-        return None
+    a, z = operand
     lead = a.shape[:-1]
     a2 = a.reshape(-1, k)
     if z.size > 1 and (a.ndim != 2 or z.size != a.shape[0]):
@@ -329,17 +337,16 @@ def integer_product_to_float(a: np.ndarray, za: Any, b: PackedB, scale: np.ndarr
     float32 [N] or None; ``None`` where it does not apply (see :func:`integer_product`)."""
     packed, zb = b
     k, n = packed.shape
-    if a.ndim < 1 or a.shape[-1] != k or n == 0 or scale.dtype != np.float32 or scale.size not in (1, n):
+    if n == 0 or scale.dtype != np.float32 or scale.size not in (1, n):
         return None
     if scale.size == n and scale.size > 1 and scale.shape[-1] != n:
         return None
     if bias is not None and (bias.dtype != np.float32 or bias.shape != (n,)):
         return None
-    z = np.zeros((), np.int32) if za is None else np.asarray(za).astype(np.int32)
-    if a.dtype == np.int8:  # as uint8 a + 128, its zero point moved alike
-        a, z = (a.view(np.uint8) ^ np.uint8(0x80)), z + 128
-    elif a.dtype != np.uint8 or z.size != 1:
+    operand = _unsigned_operand(a, za, k)
+    if operand is None or operand[1].size != 1:
         return None
+    a, z = operand
     lead = a.shape[:-1]
     a2 = a.reshape(-1, k)
     row_sum = col_zb = None

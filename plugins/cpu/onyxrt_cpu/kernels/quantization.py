@@ -47,6 +47,7 @@ __all__ = [
     "QLinearConv",
     "quantize",
     "dequantize",
+    "is_scalar",
 ]
 
 _F32 = np.dtype(np.float32)
@@ -281,7 +282,7 @@ class QLinearMatMul(library.kernel("QLinearMatMul", 21, BACKEND)):
 
 #: QLinearConv's inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
 #: y_zero_point, bias.
-_W, _W_SCALE, _W_ZP, _BIAS = 3, 4, 5, 8
+_X_SCALE, _X_ZP, _W, _W_SCALE, _W_ZP, _Y_SCALE, _Y_ZP, _BIAS = 1, 2, 3, 4, 5, 6, 7, 8
 # The integer kernel sums at most this many products: |sum (a - za)(b - zb)| < K * 255**2
 # stays inside int32 with room for the bias.
 _MAX_INTEGER_K = 32000
@@ -338,7 +339,9 @@ class IntegerFilter:
         return cls(np.ascontiguousarray(a), a.sum(axis=1, dtype=np.int32), zp, None, kernel)
 
 
-def _scalar(v: Any, dtypes: tuple[np.dtype[Any], ...]) -> bool:
+def is_scalar(v: Any, dtypes: tuple[Any, ...]) -> bool:
+    """Whether ``v`` is a one-element array of one of ``dtypes`` (a per-tensor parameter
+    the compiled quantized kernels take)."""
     return isinstance(v, np.ndarray) and v.size == 1 and v.dtype in dtypes
 
 
@@ -358,7 +361,8 @@ class QLinearConv(library.kernel("QLinearConv", 10, BACKEND)):
         self._filter = None if fed_zero_point else IntegerFilter.prepare(info.constant(_W), zero_point, self.group)
         # x_scale, x_zero_point, w_scale, y_scale, y_zero_point and the bias all constants
         self._constant_parameters = all(
-            info.constant(i) is not None or (i == _BIAS and not info.has_input(i)) for i in (1, 2, 4, 6, 7, _BIAS))
+            info.constant(i) is not None or (i == _BIAS and not info.has_input(i))
+            for i in (_X_SCALE, _X_ZP, _W_SCALE, _Y_SCALE, _Y_ZP, _BIAS))
         self._calls: dict[tuple[Any, ...], Any] = {}
 
     def compute(
@@ -427,9 +431,9 @@ class QLinearConv(library.kernel("QLinearConv", 10, BACKEND)):
         assert f is not None
         m = w.shape[0]
         if (x.dtype not in _BYTE_TYPES or x.ndim != w.ndim
-                or x.shape[1] != w.shape[1] * self.group or not _scalar(x_scale, (_F32,))
-                or not _scalar(y_scale, (_F32,)) or not _scalar(y_zero_point, _BYTE_TYPES)
-                or (x_zero_point is not None and not _scalar(x_zero_point, (x.dtype,)))
+                or x.shape[1] != w.shape[1] * self.group or not is_scalar(x_scale, (_F32,))
+                or not is_scalar(y_scale, (_F32,)) or not is_scalar(y_zero_point, _BYTE_TYPES)
+                or (x_zero_point is not None and not is_scalar(x_zero_point, (x.dtype,)))
                 or not isinstance(w_scale, np.ndarray) or w_scale.dtype != _F32
                 or w_scale.size not in (1, m)):
             return False
