@@ -81,7 +81,8 @@ def test_intermediates_are_released_during_a_straight_line_run():
         assert seen[-1]() is None, "the first step's output outlived its last reader"
         return (z,)
 
-    run = straight_line_runner([(first, (1,), (2,), ()), (second, (2,), (3,), (2,)), (check, (3,), (4,), ())])
+    run = straight_line_runner([(first, (1,), (2,), (), None), (second, (2,), (3,), (2,), None),
+                                (check, (3,), (4,), (), None)])
     assert run is not None
     vals = [None, np.ones(3), None, None, None]
     run(vals)
@@ -96,9 +97,9 @@ def test_a_failure_is_returned_with_its_step_and_whether_the_kernel_or_its_resul
     def nothing(x):
         return ()
 
-    ok = (lambda x: (x,), (1,), (2,), ())
-    for steps, (want_i, want_results, kind) in (([ok, (boom, (2,), (3,), ())], (1, None, ValueError)),
-                                                ([ok, (nothing, (2,), (3,), ())], (~1, (), IndexError))):
+    ok = (lambda x: (x,), (1,), (2,), (), None)
+    for steps, (want_i, want_results, kind) in (([ok, (boom, (2,), (3,), (), None)], (1, None, ValueError)),
+                                                ([ok, (nothing, (2,), (3,), (), None)], (~1, (), IndexError))):
         run = straight_line_runner(steps)
         assert run is not None
         assert run([None, 1.0, None, None]) is not None

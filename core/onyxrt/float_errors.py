@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ignore_float_errors", "restore_float_errors", "quiet_float_errors"]
+__all__ = ["ignore_float_errors", "restore_float_errors", "quiet_float_errors", "float_errors_ignored"]
 
 _extobj_contextvar: Any = None
 _make_extobj: Any = None
@@ -57,6 +57,13 @@ def restore_float_errors(token: Any) -> None:
         token.__exit__(None, None, None)
     else:
         _extobj_contextvar.reset(token)
+
+
+def float_errors_ignored() -> bool:
+    """Whether floating-point errors are being ignored here (inside a run, or after
+    :func:`ignore_float_errors`): a small kernel then calls numpy as it is, since even the
+    no-op ``with quiet_float_errors():`` costs ~0.4 µs, a third of a 64-float Sqrt node."""
+    return _extobj_contextvar is not None and _extobj_contextvar.get() is _pair[1]
 
 
 class quiet_float_errors:  # noqa: N801 - used like np.errstate: ``with quiet_float_errors():``

@@ -238,7 +238,9 @@ class ExecutionPlan:
                 get = operator.itemgetter(*s.ins)
             compiled.append((s.fn, get, len(s.ins) == 1, s.outs, s.release))
         self._compiled = compiled
-        self._straight = straight_line_runner([(s.fn, s.ins, s.outs, s.release) for s in self.steps])
+        self._straight = straight_line_runner([
+            (s.fn, s.ins, s.outs, s.release, _single_output(s)) for s in self.steps
+        ])
         self._outputs = {
             name: (slot, owner, self.providers[owner].device.is_host)
             for name, (slot, owner) in self.output_slots.items()
@@ -426,6 +428,16 @@ def _too_few(step: Step, results: Any, provider: str) -> ProviderError:
         "report it there, or leave the provider out of the session's providers list",
         provider,
     )
+
+
+def _single_output(step: Step) -> Callable[..., Any] | None:
+    """The step's kernel's :attr:`~onyxrt.kernels.Kernel.single_output`, while the step
+    still calls that kernel's ``compute`` (not a wrapper put in its place)."""
+    kernel = step.kernel
+    single = getattr(kernel, "single_output", None)
+    if single is None or len(step.outs) != 1 or step.fn != kernel.compute:  # type: ignore[union-attr]
+        return None
+    return single
 
 
 def _has_run_hooks(provider: ExecutionProvider) -> bool:

@@ -17,7 +17,9 @@ a run. This module writes the same steps out as straight-line code over the slot
             return i, r, exc
         return None
 
-so a step costs its call, one index and one store. A failure is returned, not raised
+so a step costs its call, one index and one store. A kernel that offers
+:attr:`~onyxrt.kernels.Kernel.single_output` (a ufunc, say) is called through it:
+``i = 2; vals[7] = g2(vals[6])`` — no tuple, and often no Python frame at all. A failure is returned, not raised
 from here: ``i`` says where it happened — step ``k``'s kernel (``i == k``) or its results
 (``i == ~k``: too few of them) — and the caller raises the errors the generic loop
 raises. Returning leaves no reference cycle through the exception's traceback (a frame
@@ -42,8 +44,10 @@ __all__ = ["MAX_STEPS", "straight_line_runner"]
 #: per-step saving is lost in the kernels' time there).
 MAX_STEPS = 256
 
-#: (compute, input slots, output slots, released slots) of one step
-StepSpec = tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+#: (compute, input slots, output slots, released slots, the kernel's single_output or
+#: None) of one step
+StepSpec = tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                 Callable[..., Any] | None]
 
 
 #: what a straight-line run returns: None, or (step, results, exception) of a failure
@@ -61,14 +65,19 @@ def straight_line_runner(steps: Sequence[StepSpec]) -> Callable[[list[Any]], Fai
     if not steps or len(steps) > MAX_STEPS:
         return None
     lines = ["def run(vals):", "    i = 0", "    r = None", "    try:"]
-    for k, (_, ins, outs, release) in enumerate(steps):
+    namespace: dict[str, Any] = {}
+    for k, (compute, ins, outs, release, single) in enumerate(steps):
         args = ", ".join(f"vals[{j}]" for j in ins)
-        parts = [f"i = {k}", f"r = f{k}({args})", f"i = {~k}"]
-        parts += [f"vals[{j}] = r[{n}]" for n, j in enumerate(outs)]
+        if single is not None and len(outs) == 1:
+            namespace[f"g{k}"] = single
+            parts = [f"i = {k}", f"vals[{outs[0]}] = g{k}({args})"]
+        else:
+            namespace[f"f{k}"] = compute
+            parts = [f"i = {k}", f"r = f{k}({args})", f"i = {~k}"]
+            parts += [f"vals[{j}] = r[{n}]" for n, j in enumerate(outs)]
         parts += [f"vals[{j}] = None" for j in release]
         lines.append("        " + "; ".join(parts))
     lines += ["    except BaseException as exc:", "        return i, r, exc", "    return None"]
-    namespace: dict[str, Any] = {f"f{k}": step[0] for k, step in enumerate(steps)}
     exec(compile("\n".join(lines), "<onyxrt plan>", "exec"), namespace)  # noqa: S102 - our own code
     run: Callable[[list[Any]], Failure] = namespace["run"]
     return run

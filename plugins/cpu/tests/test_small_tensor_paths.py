@@ -103,3 +103,63 @@ def test_one_row_classifier_label_matches_onnxruntime(row, post):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-7)
+
+
+_SINGLE_OPS = [("Add", 2), ("Sub", 2), ("Mul", 2), ("Div", 2), ("Max", 2), ("Min", 2), ("Sqrt", 1),
+               ("Exp", 1), ("Log", 1), ("Abs", 1), ("Neg", 1), ("Relu", 1)]
+
+
+@pytest.mark.parametrize("op,arity", _SINGLE_OPS)
+def test_single_output_kernels_give_the_loops_results(op, arity):
+    """Small plans call a ufunc kernel's ``single_output`` (no tuple, no wrapper frame): the
+    outputs equal the generic loop's (RunOptions take it), with a constant of lower rank,
+    special values (nan, inf, zero, negatives: errors are results in both) and a batch."""
+    rng = np.random.default_rng(5)
+    w = np.array([0.0, -1.5, 2.0, np.inf, np.nan, 3.0, -0.0], np.float32)
+    x_info = _f32("x", ["batch", 7])
+    inputs, inits = (["x", "w"], [numpy_helper.from_array(w, "w")]) if arity == 2 else (["x"], [])
+    s, _ = _session([helper.make_node(op, inputs, ["y"])], [x_info], [_f32("y", None)], inits)
+    kernel = s._plan.steps[0].kernel
+    assert kernel.single_output is not None, f"{op} has no single_output"
+    for batch in (1, 4):
+        x = rng.standard_normal((batch, 7)).astype(np.float32)
+        x[0, :3] = [np.nan, -np.inf, 0.0]
+        (fast,) = s.run(None, {"x": x})
+        (loop,) = s.run(None, {"x": x}, onyxrt.RunOptions())
+        np.testing.assert_array_equal(fast, loop)
+        assert type(fast) is np.ndarray and fast.dtype == np.float32 and fast.shape == (batch, 7)
+
+
+def test_single_output_is_not_used_where_a_ufunc_would_return_a_scalar():
+    """0-d operands: a ufunc returns a numpy scalar, so those kernels keep their compute,
+    and the run still returns 0-d arrays."""
+    s, _ = _session([helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Sqrt", ["c"], ["y"])],
+                    [_f32("a", []), _f32("b", [])], [_f32("y", None)])
+    assert all(step.kernel.single_output is None for step in s._plan.steps)
+    (y,) = s.run(None, {"a": np.array(3, np.float32), "b": np.array(1, np.float32)})
+    assert type(y) is np.ndarray and y.shape == () and y == 2
+
+
+def test_single_output_sees_an_overridden_initializer_and_a_wrapped_compute():
+    """The rank-aligned constant in ``single_output`` stands in only for the initializer
+    itself (a fed override is used as fed); a step whose compute was replaced (profiling
+    hooks, tests) is called through the replacement, not the kernel's single_output."""
+    w = np.arange(4, dtype=np.float32)
+    s, _ = _session([helper.make_node("Mul", ["x", "w"], ["y"])], [_f32("x", [2, 4]), _f32("w", [4])],
+                    [_f32("y", None)], [numpy_helper.from_array(w, "w")])
+    x = np.full((2, 4), 2, np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], x * w)
+    other = np.full(4, 10, np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x, "w": other})[0], x * other)
+    calls = []
+    step = s._plan.steps[0]
+    real = step.fn
+
+    def wrapped(*args):
+        calls.append(1)
+        return real(*args)
+
+    step.fn = wrapped
+    s._plan.finalize()
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], x * w)
+    assert calls == [1]

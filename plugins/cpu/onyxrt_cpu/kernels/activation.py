@@ -177,6 +177,12 @@ class Relu(library.kernel("Relu", 14, BACKEND)):
                 return (r if type(r) is ndarray else asarray(r),)
 
             self.compute = compute
+            if t is not None and t.shape:  # rank >= 1: the ufunc returns an array
+
+                def single_output(x: np.ndarray) -> np.ndarray:
+                    return maximum(x, zero)  # type: ignore[no-any-return]
+
+                self.single_output = single_output
 
 
 @registry.register("Swish", since=24)

@@ -39,7 +39,7 @@ from onnx import TensorProto, helper
 
 from onyxrt.dtypes import np_dtype
 from onyxrt.errors import InvalidGraph
-from onyxrt.float_errors import quiet_float_errors
+from onyxrt.float_errors import float_errors_ignored, quiet_float_errors
 from onyxrt.kernels import Kernel, KernelInfo
 from onyxrt_ops import library
 
@@ -94,11 +94,15 @@ def _ufunc_compute(ufunc: Callable[..., Any], arity: int, quiet: bool) -> Callab
     already; ~0.3 µs of a 0.8 µs call on 64 floats, so not for ufuncs that raise none)."""
     ndarray = np.ndarray
     asarray = np.asarray
+    ignored = float_errors_ignored
 
     if arity == 1 and quiet:
         def compute(x: Any) -> tuple[np.ndarray]:
-            with quiet_float_errors():
+            if ignored():  # inside a run: errors ignored already
                 r = ufunc(x)
+            else:
+                with quiet_float_errors():
+                    r = ufunc(x)
             return (r if type(r) is ndarray else asarray(r),)
     elif arity == 1:
         def compute(x: Any) -> tuple[np.ndarray]:
@@ -106,8 +110,11 @@ def _ufunc_compute(ufunc: Callable[..., Any], arity: int, quiet: bool) -> Callab
             return (r if type(r) is ndarray else asarray(r),)
     elif quiet:
         def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
-            with quiet_float_errors():
+            if ignored():
                 r = ufunc(a, b)
+            else:
+                with quiet_float_errors():
+                    r = ufunc(a, b)
             return (r if type(r) is ndarray else asarray(r),)
     else:
         def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
@@ -117,7 +124,7 @@ def _ufunc_compute(ufunc: Callable[..., Any], arity: int, quiet: bool) -> Callab
     return compute
 
 
-def _rank_aligned(compute: Callable[..., tuple[np.ndarray]], info: KernelInfo) -> Callable[..., tuple[np.ndarray]]:
+def _rank_aligned(compute: Callable[..., Any], info: KernelInfo) -> Callable[..., Any]:
     """``compute`` with a constant operand of lower rank than the other (a bias (64,)
     added to (batch, 64)) handed over as a view of the other's rank, made once: numpy
     broadcasts operands of unequal rank through a slower path (Mul of (1, 64) by (64,)
@@ -131,17 +138,26 @@ def _rank_aligned(compute: Callable[..., tuple[np.ndarray]], info: KernelInfo) -
     return compute
 
 
-def _with_constant(inner: Callable[..., tuple[np.ndarray]], i: int, src: np.ndarray,
-                   aligned: np.ndarray) -> Callable[..., tuple[np.ndarray]]:
+def _with_constant(inner: Callable[..., Any], i: int, src: np.ndarray, aligned: np.ndarray) -> Callable[..., Any]:
     """``inner`` given ``aligned`` for operand ``i`` whenever that operand is ``src``
     (an overridden initializer, fed at run time, is passed as it is)."""
     if i == 1:
-        def compute(a: Any, b: Any) -> tuple[np.ndarray]:
+        def compute(a: Any, b: Any) -> Any:
             return inner(a, aligned if b is src else b)
     else:
-        def compute(a: Any, b: Any) -> tuple[np.ndarray]:  # type: ignore[misc]
+        def compute(a: Any, b: Any) -> Any:  # type: ignore[misc]
             return inner(aligned if a is src else a, b)
     return compute
+
+
+def _ufunc_single_output(ufunc: Callable[..., Any], arity: int, info: KernelInfo) -> Callable[..., Any] | None:
+    """``ufunc`` as the kernel's :attr:`~onyxrt.kernels.Kernel.single_output` (its constant
+    operand rank-aligned as in ``compute``), where its result is always an array: some
+    operand has a rank of at least 1, known when built (a ufunc of 0-d operands returns a
+    numpy scalar). A run ignores floating-point errors, so no ``quiet`` is needed."""
+    if not any(t is not None and t.shape for t in info.input_types[:arity]):
+        return None
+    return _rank_aligned(ufunc, info) if arity == 2 else ufunc
 
 
 _ARITH_VERSIONS = (1, 6, 7, 13, 14)
@@ -157,6 +173,7 @@ class _SameType:
         same = not self.legacy and len(types) == 2 and types[0] and types[0] == types[1]
         if same and np_dtype(types[0]).kind in "biuf":
             self.compute = _rank_aligned(_ufunc_compute(self.fn, 2, quiet=False), info)  # type: ignore[method-assign]
+            self.single_output = _ufunc_single_output(self.fn, 2, info)
 
 
 @registry.register("Add", since=_ARITH_VERSIONS)
@@ -198,6 +215,7 @@ def _fast_float_kernel(op: str, versions: tuple[int, ...], ufunc: Callable[..., 
                 and np_dtype(types[0]) in _WIDE_FLOATS):
             compute = _ufunc_compute(ufunc, arity, quiet=ufunc not in _NO_FLOAT_ERRORS)
             self.compute = _rank_aligned(compute, info) if arity == 2 else compute
+            self.single_output = _ufunc_single_output(ufunc, arity, info)
 
     cls = type(op, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
     return registry.register(op, since=versions)(cls)
