@@ -33,7 +33,7 @@
 #define BLOCK 16
 #define QUAD 64        /* output channels per packed filter panel: four blocks */
 #define QUAD_BLOCKS 4
-#define MAX_TILE_PIXELS 16 /* output pixels per tile (along one output row) */
+#define MAX_TILE_PIXELS 24 /* output pixels per tile (along one output row) */
 #define NARROW_TILE_PIXELS 6 /* pixels per tile without AVX-512 (see conv_row) */
 
 typedef struct {
@@ -55,7 +55,7 @@ typedef struct {
 } ConvCall;
 
 /* One tile: `count` output pixels (<= `pixels`) of one work row, `blocks` blocks of 16
- * channels: 6 x 4, 8 x 3, 12 x 2 or 16 x 1 (24, 24, 24 and 16 accumulators; the last
+ * channels: 6 x 4, 8 x 3, 12 x 2 or 24 x 1 (24 accumulators each; the last
  * blocks of a panel when the output's blocks are not a multiple of 4). Per channel step
  * that is `blocks` filter loads and `pixels` broadcasts for pixels x blocks multiply-adds.
  * These and `cg` (channels per group: 16 blocked, 1 plain) are constants in each caller,
@@ -68,26 +68,39 @@ static inline __attribute__((always_inline)) void
 conv_tile(const ConvCall *c, const float *x0, const idx *poff, const float *w, int cg,
           int pixels, int blocks, int step, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS])
 {
-#pragma GCC unroll 16
+#pragma GCC unroll 24
     for (int p = 0; p < pixels; p++) {
 #pragma GCC unroll 4
         for (int j = 0; j < blocks; j++) {
             acc[p][j] = (v16){0};
         }
     }
-    for (idx t = 0; t < c->taps; t++) {
-        const float *xt = x0 + c->tapoff[t];
-        for (idx g = 0; g < c->groups; g++, xt += c->gstride) {
+    /* the call's fields in locals: read through `c` in the loops, GCC kept each pixel's
+     * offset in its own register (spilled: ~70 GFLOP/s instead of ~100 on a 16-pixel
+     * tile over 32 channels) */
+    const idx taps = c->taps, groups = c->groups, gstride = c->gstride;
+    const idx *tapoff = c->tapoff;
+    idx off[MAX_TILE_PIXELS];
+#pragma GCC unroll 24
+    for (int p = 0; p < pixels; p++) {
+        off[p] = step ? p * step : poff[p] - poff[0];
+    }
+    for (idx t = 0; t < taps; t++) {
+        const float *xt = x0 + tapoff[t] + poff[0];
+        for (idx g = 0; g < groups; g++, xt += gstride) {
 #pragma GCC unroll 16
             for (int ci = 0; ci < cg; ci++, w += QUAD) {
+                /* evenly spaced pixels: each broadcast a constant displacement from xc
+                 * (an embedded-broadcast operand of the multiply-add) */
+                const float *xc = xt + ci;
                 v16 f[QUAD_BLOCKS];
 #pragma GCC unroll 4
                 for (int j = 0; j < blocks; j++) {
                     f[j] = *(const v16 *)(w + j * BLOCK);
                 }
-#pragma GCC unroll 16
+#pragma GCC unroll 24
                 for (int p = 0; p < pixels; p++) {
-                    const float a = step ? xt[poff[0] + p * step + ci] : xt[poff[p] + ci];
+                    const float a = step ? xc[p * step] : xc[off[p]];
 #pragma GCC unroll 4
                     for (int j = 0; j < blocks; j++) {
                         acc[p][j] += a * f[j];
@@ -110,7 +123,7 @@ store_tile(const ConvCall *c, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS], idx n, idx 
         const idx at = ((n * c->ob + block) * plane + i0) * BLOCK;
         const v16 bias = c->bias ? *(const v16 *)(c->bias + block * BLOCK) : (v16){0};
         /* constant bounds, so that acc stays in registers */
-#pragma GCC unroll 16
+#pragma GCC unroll 24
         for (int p = 0; p < pixels; p++) {
             if (p >= count) {
                 break;
@@ -126,7 +139,7 @@ store_tile(const ConvCall *c, v16 acc[MAX_TILE_PIXELS][QUAD_BLOCKS], idx n, idx 
 
 /* The tiles of work row `r` of image `n`, output blocks [4 quad + first, 4 quad + first +
  * blocks) of panel `quad`. A work row is a run of `row_pixels` consecutive pixels of the
- * output plane, across output rows: tiles of 6-16 pixels over rows of 7 or 14 would leave
+ * output plane, across output rows: tiles of 6-24 pixels over rows of 7 or 14 would leave
  * much of the last tile of each row empty. */
 static inline __attribute__((always_inline)) void
 conv_row_tiles(const ConvCall *c, idx n, idx quad, idx first, idx r, int cg, int pixels,
@@ -140,10 +153,15 @@ conv_row_tiles(const ConvCall *c, idx n, idx quad, idx first, idx r, int cg, int
     for (idx i0 = start; i0 < start + width; i0 += pixels) {
         const idx count = start + width - i0 < pixels ? start + width - i0 : pixels;
         idx poff[MAX_TILE_PIXELS];
+        /* one division per tile, not one per pixel (~3% of a 32-channel pointwise layer) */
+        idx orow = i0 / c->ow, ocol = i0 % c->ow;
         for (int p = 0; p < pixels; p++) {
             /* pixels past `count` recompute the last one (never stored) */
-            const idx i = i0 + (p < count ? p : count - 1);
-            poff[p] = (i / c->ow) * c->sh * c->xrow + (i % c->ow) * c->sw * c->xpix;
+            poff[p] = orow * c->sh * c->xrow + ocol * c->sw * c->xpix;
+            if (p + 1 < count && ++ocol == c->ow) {
+                ocol = 0;
+                orow++;
+            }
         }
         /* evenly spaced windows (a run within one output row, or a 1x1 unpadded
          * convolution's plane) at stride 1 or 2 take the variants with constant offsets */
@@ -179,7 +197,8 @@ conv_row_tiles(const ConvCall *c, idx n, idx quad, idx first, idx r, int cg, int
 }
 
 /* Work row `r` of panel `quad`. With 32 registers of 16 floats (AVX-512) a tile holds up
- * to 24 accumulators: 6 x 4, 8 x 3, 12 x 2, 16 x 1. With 16 floats in two or four
+ * to 24 accumulators: 6 x 4, 8 x 3, 12 x 2, 24 x 1 (16 x 1 was 1.45x slower on a
+ * 32-channel pointwise layer: the tile's set-up and stores over fewer multiply-adds). With 16 floats in two or four
  * registers (AVX2: 16 of 8 floats; NEON: 32 of 4) those tiles spill on every multiply-add
  * (20-27x slower, measured with an AVX2 build on this machine), so each block of the
  * panel is computed on its own in tiles of 6 pixels: 6 accumulators, 12 AVX2 registers
@@ -202,7 +221,7 @@ conv_row(const ConvCall *c, idx n, idx quad, idx r, int cg)
     } else if (blocks == 2) {
         conv_row_tiles(c, n, quad, 0, r, cg, 12, 2);
     } else {
-        conv_row_tiles(c, n, quad, 0, r, cg, 16, 1);
+        conv_row_tiles(c, n, quad, 0, r, cg, 24, 1);
     }
 }
 
@@ -325,7 +344,7 @@ nchwc_conv(const float *x, int blocked, idx groups, const Geometry *g, const flo
      * input is then read once, from cache, by every panel), panels outside rows otherwise
      * (a panel's filters stay in cache over its rows). */
     call.rows_outer = panels * taps * groups * cg * QUAD < groups * h * wd * cg;
-    /* work rows: runs of ~72 pixels, a multiple of 24 (of every tile width but 16), as
+    /* work rows: runs of ~72 pixels, a multiple of 24 (of every tile width), as
      * even as that allows */
     const idx plane = g->oh * g->ow, runs = (plane + 71) / 72;
     call.row_pixels = ((plane + runs - 1) / runs + 23) / 24 * 24;

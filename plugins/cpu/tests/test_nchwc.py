@@ -1,7 +1,7 @@
 """The NCHWc kernels (csrc/nchwc.c, onyxrt_cpu.kernels.nchwc) against a float64 reference.
 
 Geometries cover every tile shape of the blocked convolution (panels of 1-4 output blocks:
-16x1, 12x2, 8x3 and 6x4 pixel tiles with AVX-512's wide tiles, 6x1 per block with the
+24x1, 12x2, 8x3 and 6x4 pixel tiles with AVX-512's wide tiles, 6x1 per block with the
 narrow ones; the convolution tests run with both on any CPU), work rows that cross output rows and end in a
 partial tile, explicit padding (symmetric, asymmetric, SAME), strides, dilations, the
 plain NCHW input of a first layer, channel counts off the block (padding lanes), batches,
@@ -75,7 +75,9 @@ CONV_CASES = [
     (1, 32, 7, 7, 64, 1, 1, (0, 0, 0, 0), 1, True),     # 6x4 tiles over rows of 7
     (1, 24, 14, 14, 48, 1, 1, (0, 0, 0, 0), 1, True),   # 8x3
     (1, 17, 9, 9, 32, 1, 1, (0, 0, 0, 0), 1, True),     # 12x2, C off the block
-    (2, 16, 5, 6, 16, 1, 1, (0, 0, 0, 0), 1, True),     # 16x1, batch
+    (2, 16, 5, 6, 16, 1, 1, (0, 0, 0, 0), 1, True),     # 24x1, batch
+    (1, 32, 13, 11, 16, 1, 1, (0, 0, 0, 0), 1, True),   # 24x1 across rows of 11, partial last tile
+    (1, 16, 9, 10, 16, 3, 2, (1, 1, 1, 1), 1, True),    # 24x1 strided and padded
     (1, 40, 11, 13, 88, 3, 1, (1, 1, 1, 1), 1, True),   # panels of 4 then 2 blocks... (6 blocks)
     (1, 64, 10, 10, 80, 3, 2, (1, 1, 1, 1), 1, True),   # 5 blocks: 4 + 1
     (2, 20, 9, 12, 40, 3, 1, (2, 1, 0, 3), 2, True),    # asymmetric pads, dilation
