@@ -413,11 +413,52 @@ depthwise_store(const DepthwiseCall *d, float *yr, const float *zr, idx ow, v16 
     *(v16 *)(yr + ow * BLOCK) = activate16(v, d->act, d->p0, d->p1);
 }
 
+/* DW_WIDE_TILE pixels of a 3x3, undilated row's interior at ow, stride `sw` 1 or 2 (a
+ * constant in each caller): each input vector of a filter row is loaded once and used by
+ * every tap that reads it (10 or 17 loads for 24 multiply-adds instead of 24 + 3), the
+ * filter row in registers. */
+#define DW_WIDE_TILE 8
+static inline __attribute__((always_inline)) void
+depthwise_tile3(const DepthwiseCall *d, const float *xb, const float *wb, idx oh, idx ow, v16 bias,
+                int sw, v16 acc[DW_WIDE_TILE])
+{
+    const Geometry *g = &d->g;
+#pragma GCC unroll 8
+    for (int p = 0; p < DW_WIDE_TILE; p++) {
+        acc[p] = bias;
+    }
+#pragma GCC unroll 3
+    for (idx ky = 0; ky < 3; ky++) {
+        const idx ih = oh * g->sh - g->ph + ky;
+        if (ih < 0 || ih >= g->h) {
+            continue;
+        }
+        const float *xr = xb + (ih * g->w + ow * sw - g->pw) * BLOCK;
+        const v16 w0 = *(const v16 *)(wb + (ky * 3) * BLOCK);
+        const v16 w1 = *(const v16 *)(wb + (ky * 3 + 1) * BLOCK);
+        const v16 w2 = *(const v16 *)(wb + (ky * 3 + 2) * BLOCK);
+        v16 xv[2 * DW_WIDE_TILE + 1];
+#pragma GCC unroll 17
+        for (int q = 0; q < sw * (DW_WIDE_TILE - 1) + 3; q++) {
+            xv[q] = *(const v16 *)(xr + q * BLOCK);
+        }
+#pragma GCC unroll 8
+        for (int p = 0; p < DW_WIDE_TILE; p++) {
+            acc[p] += xv[sw * p] * w0;
+            acc[p] += xv[sw * p + 1] * w1;
+            acc[p] += xv[sw * p + 2] * w2;
+        }
+    }
+}
+
 /* One output row of one block, 16 channels at a time: the interior columns [lo, hi) in
  * tiles of DW_TILE pixels, each tap's filter vector loaded once per tile (for 3x3 the
- * taps unroll, `taps3`), the edges pixel by pixel with bounds checks. */
+ * taps unroll, `taps3`; undilated 3x3 at stride `wide_sw` 1 or 2 first takes wider
+ * tiles that reuse each input vector across taps), the edges pixel by pixel with bounds
+ * checks. Every path sums a pixel's taps in the same order (ky, kx), so results do not
+ * depend on the path. */
 static inline __attribute__((always_inline)) void
-depthwise_row(const DepthwiseCall *d, idx item, idx lo, idx hi, int taps3)
+depthwise_row(const DepthwiseCall *d, idx item, idx lo, idx hi, int taps3, int wide_sw)
 {
     const Geometry *g = &d->g;
     const idx kh = taps3 ? 3 : g->kh, kw = taps3 ? 3 : g->kw;
@@ -431,6 +472,16 @@ depthwise_row(const DepthwiseCall *d, idx item, idx lo, idx hi, int taps3)
     idx ow = 0;
     for (; ow < lo && ow < g->ow; ow++) {
         depthwise_store(d, yr, zr, ow, depthwise_pixel(g, xb, wb, oh, ow, bias));
+    }
+    if (wide_sw) {
+        for (; ow + DW_WIDE_TILE <= hi; ow += DW_WIDE_TILE) {
+            v16 acc[DW_WIDE_TILE];
+            depthwise_tile3(d, xb, wb, oh, ow, bias, wide_sw, acc);
+#pragma GCC unroll 8
+            for (int p = 0; p < DW_WIDE_TILE; p++) {
+                depthwise_store(d, yr, zr, ow + p, acc[p]);
+            }
+        }
     }
     for (; ow + DW_TILE <= hi; ow += DW_TILE) {
         v16 acc[DW_TILE];
@@ -469,11 +520,16 @@ depthwise_rows(void *ctx, idx begin, idx end)
     idx lo, hi;
     inside_columns(&d->g, &lo, &hi);
     const int taps3 = d->g.kh == 3 && d->g.kw == 3;
+    const int undilated3 = taps3 && d->g.dh == 1 && d->g.dw == 1 && d->g.sh == d->g.sw;
     for (idx item = begin; item < end; item++) {
-        if (taps3) {
-            depthwise_row(d, item, lo, hi, 1);
+        if (undilated3 && d->g.sw == 1) {
+            depthwise_row(d, item, lo, hi, 1, 1);
+        } else if (undilated3 && d->g.sw == 2) {
+            depthwise_row(d, item, lo, hi, 1, 2);
+        } else if (taps3) {
+            depthwise_row(d, item, lo, hi, 1, 0);
         } else {
-            depthwise_row(d, item, lo, hi, 0);
+            depthwise_row(d, item, lo, hi, 0, 0);
         }
     }
 }
