@@ -190,6 +190,19 @@ class OpLibrary:
         ``backend`` (to subclass in a provider's override)."""
         return self._bind_class(self.definition(op_type, since, domain).cls, backend)
 
+    def versions(self, op_type: str, domain: str = "") -> tuple[int, ...]:
+        """Every version of ``op_type`` the library defines, ascending."""
+        return tuple(sorted(v for d in self._defs if d.op_type == op_type and d.domain == domain
+                            for v in d.versions))
+
+    def types(self, op_type: str, since: int, backend: Backend,
+              domain: str = "") -> dict[str, frozenset[np.dtype[Any]]] | None:
+        """The type constraints :meth:`bind` registers ``op_type`` at ``since`` with over
+        ``backend`` (the schema's, narrowed to what the operator takes and the backend
+        holds), or None when one is left empty: what a provider's override registers with
+        to take exactly the library kernel's nodes."""
+        return _narrowed(self.definition(op_type, since, domain), since, backend)
+
     def refusal(self, op_type: str, since: int, backend: Backend, input_types: Any, output_types: Any,
                 domain: str = "") -> str:
         """Why the kernel :meth:`bind` registers for ``op_type`` at ``since`` over

@@ -27,6 +27,7 @@ from . import (  # noqa: E402,F401
     linalg,
     normalization,
     pool,
+    quantization,
     reduction,
     shape,
 )

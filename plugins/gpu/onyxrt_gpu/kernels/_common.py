@@ -113,6 +113,25 @@ def host_scalar(value: Any) -> Any:
     return arr.reshape(-1)[0]
 
 
+_FUSED_KERNELS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def fused_kernel(cp: Any, name: str, build: Any) -> Any:
+    """``cp.fuse`` of the elementwise function ``build(module)`` returns, built once per
+    CuPy module ``cp`` and ``name``, then shared by every node: one launch for several
+    elementwise steps. ``build`` gets a weak proxy of the module, so the cache does not
+    keep a (simulated) CuPy module alive."""
+    table = _FUSED_KERNELS.get(cp)
+    if table is None:
+        table = {}
+        _FUSED_KERNELS[cp] = table
+    fn = table.get(name)
+    if fn is None:
+        fn = cp.fuse(kernel_name=f"onyxrt_{name}")(build(weakref.proxy(cp)))
+        table[name] = fn
+    return fn
+
+
 def widen(x: Any) -> Any:
     """float16 → float32 (computed in float32 and rounded once at the end); others as is."""
     return x.astype(_F32) if x.dtype == _HALF else x

@@ -14,29 +14,23 @@ from __future__ import annotations
 
 import importlib
 import math
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from onyxrt_ops import library
 
 from . import registry
-from ._common import BACKEND, FLOATS, widen
+from ._common import BACKEND, FLOATS, fused_kernel, widen
 
 __all__ = ["fused", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Gelu"]
 
-_FUSED: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-def _builders(module: Any) -> dict[str, Callable[..., Any]]:
-    """The fused activations, as plain functions of device arrays over CuPy ``module``.
-
-    They reach the module through a weak proxy, so the cache entry does not keep a
-    (simulated) CuPy module alive.
-    """
-    cp = weakref.proxy(module)
+def _builders(cp: Any) -> dict[str, Callable[..., Any]]:
+    """The fused activations, as plain functions of device arrays over CuPy module ``cp``
+    (a weak proxy: see :func:`._common.fused_kernel`)."""
     erfc = importlib.import_module("cupyx.scipy.special").erfc
 
     def sigmoid(x):
@@ -69,15 +63,7 @@ def _builders(module: Any) -> dict[str, Callable[..., Any]]:
 
 def fused(cp: Any, name: str) -> Callable[..., Any]:
     """The fused kernel ``name`` for CuPy module ``cp`` (built on first use, then shared)."""
-    table = _FUSED.get(cp)
-    if table is None:
-        table = {}
-        _FUSED[cp] = table
-    fn = table.get(name)
-    if fn is None:
-        fn = cp.fuse(kernel_name=f"onyxrt_{name}")(_builders(cp)[name])
-        table[name] = fn
-    return fn
+    return fused_kernel(cp, name, lambda module: _builders(module)[name])  # type: ignore[no-any-return]
 
 
 class _Fused:

@@ -10,30 +10,22 @@ rounded back once.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from onyxrt_ops import library
 
 from . import registry
-from ._common import BACKEND, FLOATS
+from ._common import BACKEND, FLOATS, fused_kernel
 
 __all__ = ["BatchNormalization"]
 
-_FMA: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
 def _fma(cp: Any) -> Any:
     """A fused ``x * mul + add`` for CuPy module ``cp`` (built once)."""
-    fn = _FMA.get(cp)
-    if fn is None:
 
-        def fma(x, mul, add):
-            return x * mul + add
+    def fma(x, mul, add):
+        return x * mul + add
 
-        fn = cp.fuse(kernel_name="onyxrt_scale_shift")(fma)
-        _FMA[cp] = fn
-    return fn
+    return fused_kernel(cp, "scale_shift", lambda module: fma)
 
 
 @registry.register("BatchNormalization", since=(1, 6, 7, 9, 14, 15),
