@@ -76,8 +76,8 @@ conv_tile(const ConvCall *c, const float *x0, const idx *poff, const float *w, i
         }
     }
     /* the call's fields in locals: read through `c` in the loops, GCC kept each pixel's
-     * offset in its own register (spilled: ~70 GFLOP/s instead of ~100 on a 16-pixel
-     * tile over 32 channels) */
+     * offset in its own register (spilled: ~70 GFLOP/s instead of ~96 on a 24-pixel
+     * tile over 32 input channels) */
     const idx taps = c->taps, groups = c->groups, gstride = c->gstride;
     const idx *tapoff = c->tapoff;
     idx off[MAX_TILE_PIXELS];
@@ -198,14 +198,14 @@ conv_row_tiles(const ConvCall *c, idx n, idx quad, idx first, idx r, int cg, int
 
 /* Work row `r` of panel `quad`. With 32 registers of 16 floats (AVX-512) a tile holds up
  * to 24 accumulators: 6 x 4, 8 x 3, 12 x 2, 24 x 1 (16 x 1 was 1.45x slower on a
- * 32-channel pointwise layer: the tile's set-up and stores over fewer multiply-adds). With 16 floats in two or four
- * registers (AVX2: 16 of 8 floats; NEON: 32 of 4) those tiles spill on every multiply-add
- * (20-27x slower, measured with an AVX2 build on this machine), so each block of the
- * panel is computed on its own in tiles of 6 pixels: 6 accumulators, 12 AVX2 registers
- * (2.3-3.9x the AVX-512 tiles' time; 2 x 2 and 3 x 2 tiles spilled as badly as the wide
- * ones, 4 or 8 pixels were no faster overall). Even so the NCHWc convolutions lose to
- * OpenBLAS's AVX2 GEMMs there: the CPU provider offers them only with AVX-512
- * (onyxrt_cpu.native.NCHWC_ENABLED). */
+ * 32-channel pointwise layer: the tile's set-up and stores over fewer multiply-adds).
+ * With 16 floats in two or four registers (AVX2: 16 of 8 floats; NEON: 32 of 4) those
+ * tiles spill on every multiply-add (20-27x slower, measured with an AVX2 build on this
+ * machine), so each block of the panel is computed on its own in tiles of 6 pixels: 6
+ * accumulators, 12 AVX2 registers (2.3-3.9x the AVX-512 tiles' time; 2 x 2 and 3 x 2
+ * tiles spilled as badly as the wide ones, 4 or 8 pixels were no faster overall). Even so
+ * the NCHWc convolutions lose to OpenBLAS's AVX2 GEMMs there: the CPU provider offers
+ * them only with AVX-512 (onyxrt_cpu.native.NCHWC_ENABLED). */
 static inline __attribute__((always_inline)) void
 conv_row(const ConvCall *c, idx n, idx quad, idx r, int cg)
 {
