@@ -432,10 +432,11 @@ def _too_few(step: Step, results: Any, provider: str) -> ProviderError:
 
 def _single_output(step: Step) -> Callable[..., Any] | None:
     """The step's kernel's :attr:`~onyxrt.kernels.Kernel.single_output`, while the step
-    still calls that kernel's ``compute`` (not a wrapper put in its place)."""
+    still calls that kernel's ``compute`` (not a wrapper put in its place); the runner
+    takes it only for a step of one output."""
     kernel = step.kernel
     single = getattr(kernel, "single_output", None)
-    if single is None or len(step.outs) != 1 or step.fn != kernel.compute:  # type: ignore[union-attr]
+    if single is None or step.fn != kernel.compute:  # type: ignore[union-attr]
         return None
     return single
 

@@ -35,10 +35,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import onnx.defs
 
 from onyxrt.errors import InvalidGraph
-from onyxrt.kernels import Kernel, KernelDef, KernelInfo, KernelRegistry, declare_signature
+from onyxrt.kernels import (
+    Kernel,
+    KernelDef,
+    KernelInfo,
+    KernelRegistry,
+    declare_signature,
+    find_schema,
+)
 
 from .backend import Backend, to_host
 
@@ -259,15 +265,8 @@ class OpLibrary:
 def _narrowed(d: OpDef, version: int, backend: Backend) -> dict[str, frozenset[np.dtype[Any]]] | None:
     """``d``'s type constraints at ``version`` narrowed to what ``backend`` holds (every
     constraint of the schema, listed or not), or None when one is left with nothing."""
-    # onnx has no schema for a com.microsoft operator: its declared types. (Asked first:
-    # get_schema's SchemaError costs ~0.18 ms, ~17 ms of a provider's creation.)
-    schema = None
-    if onnx.defs.has(d.op_type, d.domain):
-        try:
-            schema = onnx.defs.get_schema(d.op_type, max_inclusive_version=version, domain=d.domain)
-        except onnx.defs.SchemaError:  # none at or below this version
-            schema = None
-    if schema is None:
+    schema = find_schema(d.domain, d.op_type, version)
+    if schema is None:  # onnx has no schema for a com.microsoft operator: its declared types
         narrowed = {k: frozenset(v & backend.dtypes) for k, v in (d.types or {}).items()}
         return None if any(not v for v in narrowed.values()) else narrowed
     from onyxrt.dtypes import np_dtype

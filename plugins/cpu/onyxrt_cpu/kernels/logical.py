@@ -73,12 +73,10 @@ class Where(library.kernel("Where", 16, BACKEND)):
             if fast is not None:
                 return (fast,)
             shape = np.broadcast_shapes(condition.shape, x.shape, y.shape)
-            if y.shape == shape:
-                out = y.copy()
-                np.copyto(out, x, where=condition)
-                return (out,)
-            if x.shape == shape:
-                out = x.copy()
-                np.copyto(out, y, where=np.logical_not(condition))
+            if y.shape == shape or x.shape == shape:
+                # a copy of the full-shaped operand, the other written where it is chosen
+                full, other, mask = (y, x, condition) if y.shape == shape else (x, y, np.logical_not(condition))
+                out = full.copy()
+                np.copyto(out, other, where=mask)
                 return (out,)
         return super().compute(condition, x, y)

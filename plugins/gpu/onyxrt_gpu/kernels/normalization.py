@@ -19,6 +19,7 @@ from ._common import BACKEND, FLOATS, fused_kernel
 
 __all__ = ["BatchNormalization"]
 
+
 def _fma(cp: Any) -> Any:
     """A fused ``x * mul + add`` for CuPy module ``cp`` (built once)."""
 
