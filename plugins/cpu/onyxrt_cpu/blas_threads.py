@@ -106,7 +106,10 @@ def share_pool() -> str:
                 set_callback(callback)
                 _installed.append((set_callback, callback))
             _applied = True
-            _warm_up()
+            if libraries:
+                # Off the creating thread: the warm-up is thread and buffer start-up, which
+                # a session's own creation work (graph passes, packing) overlaps.
+                threading.Thread(target=_warm_up, name="onyxrt-blas-warm-up", daemon=True).start()
         assert _state is not None
         return _state
 
@@ -116,7 +119,7 @@ def _warm_up() -> None:
     parallel GEMM of a process starts the pool's workers and OpenBLAS's per-thread
     buffers, which cost a first run up to ~10 ms more (a GRU encoder's first run 20 ms
     against 8-9 after it; 9-11 ms with this, over alternating fresh processes). Once per
-    process, ~0.3 ms when the pool is warm."""
+    process, on a thread of its own: ~11 ms of creation on the creating thread before."""
     import numpy as np
 
     a = np.ones((192, 128), np.float32)

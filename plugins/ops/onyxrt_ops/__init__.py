@@ -18,7 +18,9 @@ kernel registry, after registering its own fast paths (compiled, fused) as overr
 
     library.bind(backend, registry)                # every other operator
 
-Importing the package imports every family module, which fills :data:`library`:
+The family modules define their operators in :data:`library` when imported; the package
+imports each the first time a provider asks for one of its operators (the generated
+``_index.py`` says which module defines which operator: see :mod:`onyxrt.kernel_index`):
 
 * :mod:`onyxrt_ops.activation` — activations and the softmax family;
 * :mod:`onyxrt_ops.elementwise` — arithmetic, math functions, Max/Min/Sum/Mean, bitwise,
@@ -62,34 +64,73 @@ listed with their reason in docs/operators.md.
 
 from __future__ import annotations
 
-# The family modules register their operators in ``library`` when imported.
-from . import (  # noqa: F401
-    activation,
-    contrib_generation,
-    contrib_llm,
-    contrib_misc,
-    contrib_moe,
-    contrib_nchwc,
-    contrib_quantization,
-    contrib_transformer,
-    detection,
-    elementwise,
-    generator,
-    indexing,
-    linalg,
-    logical,
-    ml,
-    normalization,
-    quantization,
-    recurrent,
-    reduction,
-    resize,
-    shape,
-    signal,
-    spatial,
-    training,
-)
+import importlib
+import threading
+
+from onyxrt.kernel_index import operators_by_module, render
+from onyxrt.kernels import declare_signature
+
 from .backend import Backend, namespace_backend, numpy_backend
 from .library import OpKernel, OpLibrary, library
 
-__all__ = ["Backend", "numpy_backend", "namespace_backend", "OpKernel", "OpLibrary", "library"]
+__all__ = ["Backend", "numpy_backend", "namespace_backend", "OpKernel", "OpLibrary", "library",
+           "FAMILIES", "render_index"]
+
+#: The family modules, each defining its operators in ``library`` when imported.
+FAMILIES = (
+    "activation", "contrib_generation", "contrib_llm", "contrib_misc", "contrib_moe",
+    "contrib_nchwc", "contrib_quantization", "contrib_transformer", "detection", "elementwise",
+    "generator", "indexing", "linalg", "logical", "ml", "normalization", "quantization",
+    "recurrent", "reduction", "resize", "shape", "signal", "spatial", "training",
+)
+
+_lock = threading.Lock()
+_loaded: set[tuple[str, str]] = set()
+_all_loaded = False
+
+
+def _load_op(domain: str, op_type: str) -> None:
+    """Import the family modules that define ``op_type`` (per the generated index)."""
+    if _all_loaded or (domain, op_type) in _loaded:
+        return
+    from ._index import MODULES
+
+    for name in MODULES.get((domain, op_type), ()):
+        importlib.import_module(f"{__name__}.{name}")
+    with _lock:
+        _loaded.add((domain, op_type))
+
+
+def _load_all() -> None:
+    """Import every family module."""
+    global _all_loaded
+    if not _all_loaded:
+        for name in FAMILIES:
+            importlib.import_module(f"{__name__}.{name}")
+        _all_loaded = True
+
+
+def render_index() -> str:
+    """The text of this package's ``_index.py`` as the family modules define it now (see
+    :mod:`onyxrt.kernel_index`); call in a fresh process."""
+    modules = operators_by_module(__name__, FAMILIES)
+    signatures = {(d.domain, d.op_type): d.signature for d in library._defs if d.signature is not None}
+    return render("Which family module of the operator library defines each operator, and the "
+                  "type-constraint signatures of the operators onnx has no schema for.",
+                  {"MODULES": modules, "SIGNATURES": dict(sorted(signatures.items()))})
+
+
+def _declare_signatures() -> None:
+    """Declare the operators onnx has no schema for before their modules are imported: the
+    model loader accepts their nodes (``SimplifiedLayerNormalization``...) by them."""
+    try:
+        from ._index import SIGNATURES
+    except ImportError:  # the index is being generated
+        return
+    for (domain, op_type), (inputs, outputs) in SIGNATURES.items():
+        declare_signature(domain, op_type, inputs, outputs)
+
+
+# Family modules are imported when a provider first asks for one of their operators.
+library.load_on_demand(_load_op, _load_all)
+_declare_signatures()

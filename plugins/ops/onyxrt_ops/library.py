@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from onyxrt.errors import InvalidGraph
+from onyxrt.kernel_index import note_definition
 from onyxrt.kernels import (
     Kernel,
     KernelDef,
@@ -142,6 +143,23 @@ class OpLibrary:
     def __init__(self) -> None:
         self._defs: list[OpDef] = []
         self._bound: dict[tuple[type[OpKernel], int], type[OpKernel]] = {}
+        self._loaders: tuple[Callable[[str, str], None], Callable[[], None]] | None = None
+
+    def load_on_demand(self, load_op: Callable[[str, str], None], load_all: Callable[[], None]) -> None:
+        """Define operators when first asked for: ``load_op(domain, op_type)`` imports the
+        modules defining that operator, ``load_all()`` every module (both idempotent).
+        Asking about one operator (:meth:`definition`, :meth:`kernel`, :meth:`versions`,
+        :meth:`op_definitions`, ``bind(..., only=...)``) loads it; :attr:`definitions`,
+        :meth:`op_types` and a whole :meth:`bind` load everything."""
+        self._loaders = (load_op, load_all)
+
+    def _need(self, op_type: str, domain: str) -> None:
+        if self._loaders is not None:
+            self._loaders[0](domain, op_type)
+
+    def _need_all(self) -> None:
+        if self._loaders is not None:
+            self._loaders[1]()
 
     def define(
         self,
@@ -170,6 +188,7 @@ class OpLibrary:
             declare_signature(domain, op_type, *sig)
 
         def decorator(cls: type[OpKernel]) -> type[OpKernel]:
+            note_definition(domain, op_type)
             self._defs.append(OpDef(op_type, versions, cls, domain, norm, tuple(needs), tuple(host_inputs), sig))
             return cls
 
@@ -178,14 +197,22 @@ class OpLibrary:
     @property
     def definitions(self) -> list[OpDef]:
         """Every operator definition, in registration order."""
+        self._need_all()
         return list(self._defs)
 
     def op_types(self, domain: str = "") -> set[str]:
         """The operator types the library defines in ``domain``."""
+        self._need_all()
         return {d.op_type for d in self._defs if d.domain == domain}
+
+    def op_definitions(self, op_type: str, domain: str = "") -> list[OpDef]:
+        """Every definition of ``op_type`` (one per group of versions it shares a class)."""
+        self._need(op_type, domain)
+        return [d for d in self._defs if d.op_type == op_type and d.domain == domain]
 
     def definition(self, op_type: str, since: int, domain: str = "") -> OpDef:
         """The definition of ``op_type`` at version ``since``; KeyError when there is none."""
+        self._need(op_type, domain)
         for d in self._defs:
             if d.op_type == op_type and d.domain == domain and since in d.versions:
                 return d
@@ -198,8 +225,7 @@ class OpLibrary:
 
     def versions(self, op_type: str, domain: str = "") -> tuple[int, ...]:
         """Every version of ``op_type`` the library defines, ascending."""
-        return tuple(sorted(v for d in self._defs if d.op_type == op_type and d.domain == domain
-                            for v in d.versions))
+        return tuple(sorted(v for d in self.op_definitions(op_type, domain) for v in d.versions))
 
     def types(self, op_type: str, since: int, backend: Backend,
               domain: str = "") -> dict[str, frozenset[np.dtype[Any]]] | None:
@@ -224,15 +250,23 @@ class OpLibrary:
         kdef = KernelDef(domain, op_type, since, d.cls, types)
         return kdef.unsupported_type(list(input_types), list(output_types)) or ""
 
-    def bind(self, backend: Backend, registry: KernelRegistry) -> dict[str, str]:
+    def bind(self, backend: Backend, registry: KernelRegistry,
+             only: tuple[str, str] | None = None) -> dict[str, str]:
         """Register every operator over ``backend`` in ``registry``, except the
-        (operator, version) pairs the registry already has (the provider's overrides).
+        (operator, version) pairs the registry already has (the provider's overrides);
+        with ``only=(domain, op_type)``, that operator alone (a registry loading its
+        kernels on demand binds each operator when first asked for it).
 
         Returns the operators not offered, with the reason (a function the backend lacks,
         or no element type it can hold); the registry refuses their nodes.
         """
         missing: dict[str, str] = {}
-        for d in self._defs:
+        if only is None:
+            self._need_all()
+            defs = self._defs
+        else:
+            defs = self.op_definitions(only[1], only[0])
+        for d in defs:
             lacks = backend.lacks(d.needs)
             if lacks:
                 missing[d.op_type] = f"{backend.name} lacks {', '.join(lacks)}"

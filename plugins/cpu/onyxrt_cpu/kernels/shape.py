@@ -91,7 +91,7 @@ class _MethodViews:
 
 def _with_method_views(op: str) -> Any:
     """The library's ``op`` with :class:`_MethodViews`, registered for all its versions."""
-    (d,) = [d for d in library.definitions if d.op_type == op and d.domain == ""]
+    (d,) = library.op_definitions(op)
     base = library.kernel(op, d.versions[0], BACKEND)
     cls = type(op, (_MethodViews, base), {"__module__": __name__, "__doc__": base.__doc__})
     return registry.register(op, d.versions, host_inputs=d.host_inputs)(cls)
