@@ -205,7 +205,9 @@ class ExecutionPlan:
                 else:
                     if fed is None:
                         fed = {id(v) for v in feeds.values()}
-                    if not flags.owndata or id(value) in fed:
+                    if id(value) in fed:
+                        value = value.copy()  # a feed itself (Identity of an input)
+                    elif not flags.owndata:
                         if extents is None:
                             extents = _Extents([vals[s] for s in self._fed_slots])
                         if extents.overlaps(value) or self._initializer_extents().overlaps(value):

@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 from kernel_cases import run_ours
 from onnx import helper
 
+from onyxrt.kernels import KernelInfo
 from onyxrt.optimizer import FUSED_DOMAIN, FUSED_DOMAIN_VERSION
 from onyxrt_cpu import native
 from onyxrt_cpu.kernels import conv as conv_kernels
+from onyxrt_cpu.kernels import registry
 from onyxrt_cpu.kernels.linalg import MIN_PACKED_ROWS
 
 pytestmark = pytest.mark.skipif(
@@ -410,6 +412,41 @@ def test_batch_one_gemm_takes_the_one_row_product(name, params, reference, with_
     assert len(calls) == 1
     assert calls[0] == (native.ACT_NONE if name == "Sigmoid" else {"Relu": native.ACT_RELU,
                         "LeakyRelu": native.ACT_LEAKY, "Clip": native.ACT_CLIP}[name])
+
+
+@pytest.mark.parametrize("name", ["Relu", "Sigmoid", None])
+def test_one_row_single_output_is_compute(name):
+    """The straight-line runner calls a Gemm's ``single_output``: a batch-1 float32 row
+    straight to the compiled product, anything else through ``compute`` — the same
+    values either way (FusedGemm's Sigmoid, applied after the product, keeps compute)."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((70, 37), dtype=np.float32)
+    c = rng.standard_normal((37,), dtype=np.float32)
+    if name is None:
+        node, version = helper.make_node("Gemm", ["a", "w", "c"], ["y"]), 13
+    else:
+        node = helper.make_node("FusedGemm", ["a", "w", "c"], ["y"], domain=FUSED_DOMAIN, activation=name)
+        version = FUSED_DOMAIN_VERSION
+    kdef, reason = registry.lookup(node.domain, node.op_type, version)
+    assert kdef is not None, reason
+    kernel = kdef.factory(KernelInfo.from_node(node, version, since_version=kdef.since_version,
+                                               constants={1: w, 2: c}))
+    single = kernel.single_output
+    if name == "Sigmoid" or not native.ENABLED:
+        assert single is None
+        return
+    assert single is not None
+    wide = rng.standard_normal((1, 140), dtype=np.float32)
+    other_w = rng.standard_normal((70, 37), dtype=np.float32)
+    for a, b in [(rng.standard_normal((1, 70), dtype=np.float32), w),  # the compiled row
+                 (rng.standard_normal((3, 70), dtype=np.float32), w),  # more rows
+                 (wide[:, ::2], w),  # a strided row
+                 (rng.standard_normal((1, 70)), w),  # float64
+                 (rng.standard_normal((1, 70), dtype=np.float32), other_w)]:  # B not the constant
+        got = single(a, b, c)
+        want = kernel.compute(a, b, c)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
 
 
 def test_conv_filters_are_packed_at_creation(gemm_route):

@@ -155,6 +155,8 @@ class FusedGemm(Gemm):
         # the compiled GEMM applies the activations it knows to each tile in registers
         self.native_act = native_activation(name, params) or (native.ACT_NONE, 0.0, 0.0)
         self._native_done = self.native_act[0] != native.ACT_NONE
+        # the one-row product applies the activation itself only where it is compiled
+        self.single_output = self._one_row_output() if self.act is None or self._native_done else None
 
     def compute(self, a, b, c=None):
         y, activated = self.product(a, b, c)

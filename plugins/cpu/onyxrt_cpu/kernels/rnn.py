@@ -9,7 +9,8 @@ step as a matmul and a dozen numpy calls (~20 µs of overhead per step before an
 arithmetic), the compiled path as one GEMV and the fused gate math per batch row, with
 directions and batch rows on the pool's threads. The gates' Sigmoid and Tanh are
 onnxruntime's (the same functions the library takes from the CPU backend), so the two
-paths differ only in the GEMV's summation order.
+paths differ only in the summation order of the products (a constant W goes to the
+compiled GEMM, packed at creation, where AVX-512 makes it the faster one).
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ class _CompiledRecurrence:
         r = self._r_source
         if self._compiled_ok and isinstance(r, np.ndarray) and r.dtype == _F32 and r.ndim == 3:
             self._packed_r(r)  # at creation, not in the first run
+        # A constant W packed per direction for the compiled GEMM, which adds the folded
+        # biases tile by tile (LSTM encoder, hidden 256, 512 inputs: 1.21 ms a direction
+        # for matmul and the bias pass, 1.03 packed), and the folded biases of a constant
+        # B and R made once.
+        self._w_source, self._b_source = info.constant(1), info.constant(3)
+        self._w_packed: list[native.PackedMatrix] | None = None
+        self._bias_cache: tuple[np.ndarray | None, np.ndarray | None] | None = None
+        w = self._w_source
+        if self._compiled_ok and native.GEMM_PREFERRED and isinstance(w, np.ndarray) and w.dtype == _F32 \
+                and w.ndim == 3:
+            packed = [native.pack_gemm_b(np.ascontiguousarray(w[d].T)) for d in range(w.shape[0])]
+            self._w_packed = packed if all(p is not None for p in packed) else None  # type: ignore[assignment]
 
     def compute(self, X, W, R, B=None, sequence_lens=None, initial_h=None, *rest):
         if self._compiled_ok:
@@ -83,11 +96,20 @@ class _CompiledRecurrence:
             if seq and (lens == seq).all():
                 lens = None
 
-        bias, rbh = self._biases(R, B, dirs, gh)
+        constant_bias = R is self._r_source and B is self._b_source
+        if constant_bias and self._bias_cache is not None:
+            bias, rbh = self._bias_cache
+        else:
+            bias, rbh = self._biases(R, B, dirs, gh)
+            if constant_bias:
+                self._bias_cache = (bias, rbh)
         xw = np.empty((dirs, seq, batch, gh), _F32)
         rows = x.reshape(seq * batch, inputs)
+        packed = self._w_packed if W is self._w_source else None
         for d in range(dirs):
             out = xw[d].reshape(seq * batch, gh)
+            if packed is not None and native.gemm(rows, packed[d], out, None, None if bias is None else bias[d]):
+                continue
             np.matmul(rows, W[d].T, out=out)
             if bias is not None:
                 out += bias[d]
