@@ -755,6 +755,20 @@ def pack_gemm_b(b: np.ndarray) -> PackedMatrix | None:
     return _pack(b, "b")
 
 
+def compiled_gemm_wins(m: int, k: int, n: int) -> bool:
+    """Whether the compiled GEMM with B packed ahead beats OpenBLAS on ``(m, k) @ (k, n)``
+    (where :data:`GEMM_PREFERRED`; A is packed on each call). Its tiles are 32 columns
+    wide and packing A is paid per call, so narrow products lose: n below 512 ran at 60-70
+    GFLOP/s a core against OpenBLAS's 90-95 (the log-mel front end's [101, 257] x [257, 80]
+    filter bank 62 µs against 29; [64, 384] x [384, 256] 112 against 75; [48, 512] x
+    [512, 512] 169 against 157). From 512 columns it wins (BERT's [128, 768] x [768, 768]
+    6%, [200, 80] x [80, 1024] 28%), and under 24 rows OpenBLAS's small-M GEMM is weak
+    where the compiled one computes only the rows there are ([2, 768] x [768, 768] 28
+    against 89 µs, [12, 256] x [256, 512] 30 against 42; [8, 256] x [256, 256] still 13
+    against 10)."""
+    return n > 512 or (m < 24 and k * n >= 1 << 17)
+
+
 #: The largest constant matrix (in floats: 1 MiB) whose one-row products take the compiled
 #: gemv: beyond it the weights come from memory, and OpenBLAS's threaded gemv wins (512 x
 #: 512 15 µs against 17 for matmul, bias and ReLU; 768 x 768 36 against 30).

@@ -195,8 +195,12 @@ def test_c_gemm_rejects_bad_buffers():
 
 @pytest.fixture(params=[True, False], ids=["compiled-gemm", "blas"])
 def gemm_route(request, monkeypatch):
-    """Kernels built with the compiled GEMM preferred, or not (whatever this CPU is)."""
+    """Kernels built with the compiled GEMM preferred, or not (whatever this CPU is);
+    preferred, it takes every product, whatever its shape (the route by shape,
+    native.compiled_gemm_wins, is tested on its own)."""
     monkeypatch.setattr(native, "GEMM_PREFERRED", request.param)
+    if request.param:
+        monkeypatch.setattr(native, "compiled_gemm_wins", lambda m, k, n: True)
     return request.param
 
 
@@ -334,6 +338,34 @@ def test_fused_gemm_activation_with_constant_b(gemm_route, rows, name, params, r
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
     assert y.dtype == np.float32 and y.shape == (rows, 37)
     assert bool(calls) == (gemm_route and rows >= MIN_PACKED_ROWS and native.ENABLED)
+
+
+@pytest.mark.parametrize("rows,k,n,compiled", [
+    (101, 257, 80, False),  # the log-mel filter bank: OpenBLAS's
+    (48, 512, 512, False),  # 512 columns: about even, OpenBLAS
+    (128, 768, 768, True),  # a transformer's projection: the compiled GEMM's
+    (200, 80, 1024, True),
+    (2, 768, 768, True),  # few rows of a wide product: the compiled GEMM's
+    (8, 256, 256, False),
+])
+def test_products_go_where_they_run_faster(rows, k, n, compiled, monkeypatch):
+    """With the compiled GEMM preferred, a constant-B product takes it only for the shapes
+    it runs faster (native.compiled_gemm_wins); the others go to numpy, with the same
+    values within float32 rounding."""
+    monkeypatch.setattr(native, "GEMM_PREFERRED", True)
+    assert native.compiled_gemm_wins(rows, k, n) == compiled
+    rng = np.random.default_rng(rows + n)
+    a = rng.standard_normal((rows, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    c = rng.standard_normal((n,), dtype=np.float32)
+    calls = []
+    real = native.gemm
+    monkeypatch.setattr(native, "gemm", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    node = helper.make_node("FusedMatMul", ["a", "w", "c"], ["y"], domain=FUSED_DOMAIN)
+    (y,) = run_ours(node, FUSED_DOMAIN_VERSION, a, w, c, constants=(1,))
+    assert bool(calls) == (compiled and native.ENABLED)
+    want = a.astype(np.float64) @ w.astype(np.float64) + c
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3 * np.sqrt(k))
 
 
 # ------------------------------------------------------------ the one-row product

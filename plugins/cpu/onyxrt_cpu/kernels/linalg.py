@@ -86,12 +86,12 @@ def packed_product(
 ) -> np.ndarray | None:
     """``a (..., M, K) @ B (+ bias per column)`` through the compiled GEMM with B packed,
     all of a's rows as one product; ``None`` when it does not qualify (dtype, shapes, too
-    few rows)."""
+    few rows) or OpenBLAS runs the product faster (:func:`native.compiled_gemm_wins`)."""
     k, n = b.shape
     if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != k:
         return None
     rows = a.size // k if k else 0
-    if rows < MIN_PACKED_ROWS:
+    if rows < MIN_PACKED_ROWS or not native.compiled_gemm_wins(rows, k, n):
         return None
     a2 = a if a.ndim == 2 else a.reshape(rows, k)
     y = np.empty((rows, n), dtype=np.float32)
@@ -221,7 +221,8 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
             y = np.empty((1, n), np.float32)
             self._gemv(a, self._b_packed, y, k, n, self._c_row, *self.native_act)
             return y, True
-        if self._b_gemm is not None and a.shape[0] >= MIN_PACKED_ROWS and a.flags.c_contiguous:
+        if (self._b_gemm is not None and a.shape[0] >= MIN_PACKED_ROWS and a.flags.c_contiguous
+                and native.compiled_gemm_wins(a.shape[0], *self._b_gemm.shape)):
             y = np.empty((a.shape[0], self._b_gemm.shape[1]), np.float32)
             if native.gemm(a, self._b_gemm, y, None, self._c_row, None, *self.native_act):
                 return y, True

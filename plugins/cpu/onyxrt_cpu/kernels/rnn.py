@@ -105,7 +105,7 @@ class _CompiledRecurrence:
                 self._bias_cache = (bias, rbh)
         xw = np.empty((dirs, seq, batch, gh), _F32)
         rows = x.reshape(seq * batch, inputs)
-        packed = self._w_packed if W is self._w_source else None
+        packed = self._w_packed if W is self._w_source and native.compiled_gemm_wins(seq * batch, inputs, gh) else None
         for d in range(dirs):
             out = xw[d].reshape(seq * batch, gh)
             if packed is not None and native.gemm(rows, packed[d], out, None, None if bias is None else bias[d]):
