@@ -1,13 +1,16 @@
-/* One row times a constant matrix: y = act(a @ B + bias), a (k), B (k, n) row-major.
+/* One row times a constant matrix: y = act(a @ B + bias), a (k), B (k, n).
  *
  * Why not the GEMM (gemm.c) or the BLAS: a batch-1 MLP layer or linear model is one row,
  * where the tiled GEMM computes a whole MR-row tile (6.2 µs for 256 x 256, against
  * OpenBLAS's gemv at 3.4), and numpy's matmul adds its dispatch, a separate bias pass and
  * an activation pass (three calls of ~0.5 µs each on a tiny model's layer). Here one call
- * streams B once: for each block of 128 columns, eight accumulators (enough independent
- * fused multiply-adds to hide their latency) run down k, then the bias and the activation
- * are applied in registers. Each column is the sum over k in order, with fused
- * multiply-adds, as the GEMM's kernel computes it. */
+ * streams B once: B is held in panels of 64 columns, each [k][64] floats contiguous (zero
+ * past the last column; onyxrt_cpu.native.one_row_product packs them), so a panel's four
+ * accumulators run down k over one contiguous run of weights — 10-25% faster than rows
+ * of B read a row length apart, once the weights no longer fit in L2 (an 8-layer
+ * 256-wide MLP's 2 MiB: 2.8 against 3.1-3.6 µs a layer). The bias and the activation are
+ * applied in registers. Each column is the sum over k in order, with fused multiply-adds,
+ * as the GEMM's kernel computes it. */
 
 #if defined(__clang__)
 #pragma clang fp contract(fast)
@@ -17,7 +20,8 @@
 
 #include "vec16.h"
 
-#define GEMV_VECTORS 8 /* accumulators per block of columns: 128 columns */
+#define GEMV_PANEL 64 /* columns per panel of B */
+#define GEMV_VECTORS (GEMV_PANEL / 16) /* accumulators per panel */
 
 static inline __attribute__((always_inline)) v16
 load16(const float *p)
@@ -60,44 +64,43 @@ MULTIVERSION static void
 gemv_row(const float *restrict a, const float *restrict b, float *restrict y, idx k, idx n,
          const float *restrict bias, int act, float p0, float p1)
 {
-    idx j = 0;
-    for (; j + 16 * GEMV_VECTORS <= n; j += 16 * GEMV_VECTORS) {
+    for (idx j0 = 0; j0 < n; j0 += GEMV_PANEL) {
         v16 acc[GEMV_VECTORS];
         for (int v = 0; v < GEMV_VECTORS; v++) {
             acc[v] = (v16){0};
         }
-        const float *col = b + j;
-        for (idx p = 0; p < k; p++) {
-            const float s = a[p];
+        const float *p = b + j0 * k; /* panel j0 / GEMV_PANEL: k rows of GEMV_PANEL floats */
+        for (idx q = 0; q < k; q++, p += GEMV_PANEL) {
+            const float s = a[q];
             for (int v = 0; v < GEMV_VECTORS; v++) {
-                acc[v] += s * load16(col + 16 * v);
+                acc[v] += s * load16(p + 16 * v);
             }
-            col += n;
         }
-        for (int v = 0; v < GEMV_VECTORS; v++) {
-            store16(y + j + 16 * v, finish_row16(acc[v], bias ? bias + j + 16 * v : NULL, act, p0, p1));
+        if (j0 + GEMV_PANEL <= n) {
+            for (int v = 0; v < GEMV_VECTORS; v++) {
+                store16(y + j0 + 16 * v, finish_row16(acc[v], bias ? bias + j0 + 16 * v : NULL, act, p0, p1));
+            }
+        } else { /* the last panel's columns past n are zero weights: not stored */
+            float tail[GEMV_PANEL];
+            for (int v = 0; v < GEMV_VECTORS; v++) {
+                store16(tail + 16 * v, acc[v]);
+            }
+            for (idx j = 0; j < n - j0; j++) {
+                y[j0 + j] = activate1(bias ? tail[j] + bias[j0 + j] : tail[j], act, p0, p1);
+            }
         }
-    }
-    for (; j + 16 <= n; j += 16) {
-        v16 acc = {0};
-        const float *col = b + j;
-        for (idx p = 0; p < k; p++) {
-            acc += a[p] * load16(col);
-            col += n;
-        }
-        store16(y + j, finish_row16(acc, bias ? bias + j : NULL, act, p0, p1));
-    }
-    for (; j < n; j++) {
-        float acc = 0.0f;
-        for (idx p = 0; p < k; p++) {
-            acc += a[p] * b[p * n + j];
-        }
-        y[j] = activate1(bias ? acc + bias[j] : acc, act, p0, p1);
     }
 }
 
-/* gemv(a, b, y, k, n[, bias, act, p0, p1]): float32 a (k), b (k, n) C-contiguous, y (n)
- * written; bias (n) or None. */
+/* Floats of B (k x n) in panels. */
+static idx
+gemv_panel_floats(idx k, idx n)
+{
+    return (n + GEMV_PANEL - 1) / GEMV_PANEL * GEMV_PANEL * k;
+}
+
+/* gemv(a, b, y, k, n[, bias, act, p0, p1]): float32 a (k), b (k, n) in panels of 64
+ * columns (gemv_panel_floats of them), y (n) written; bias (n) or None. */
 PyObject *
 py_gemv(PyObject *self, PyObject *args)
 {
@@ -115,7 +118,7 @@ py_gemv(PyObject *self, PyObject *args)
     enum { A, B, Y, BIAS, VIEWS };
     Py_buffer v[VIEWS];
     memset(v, 0, sizeof(v));
-    if (get_f32(ao, &v[A], 0, k, "a") < 0 || get_f32(bo, &v[B], 0, k * n, "b") < 0 ||
+    if (get_f32(ao, &v[A], 0, k, "a") < 0 || get_f32(bo, &v[B], 0, gemv_panel_floats(k, n), "b") < 0 ||
         get_f32(yo, &v[Y], 1, n, "y") < 0 || get_optional_f32(biaso, &v[BIAS], n, "bias") < 0) {
         release_all(v, VIEWS);
         return NULL;

@@ -76,7 +76,7 @@ static PyMethodDef methods[] = {
      "gemm(a, ars, acs, a_packed, b, brs, bcs, b_packed, c, m, n, k[, row_bias, col_bias, z, "
      "act, p0, p1]): C = act(A @ B + bias + z) (C and z 2-D, rows contiguous)."},
     {"gemv", py_gemv, METH_VARARGS,
-     "gemv(a, b, y, k, n[, bias, act, p0, p1]): y (n) = act(a (k) @ b (k x n, row-major) + bias)."},
+     "gemv(a, b, y, k, n[, bias, act, p0, p1]): y (n) = act(a (k) @ b (k x n, in panels of 64 columns) + bias)."},
     {"transpose", py_transpose, METH_VARARGS,
      "transpose(src, rows, cols, dst): dst (cols, rows) = src (rows, cols) transposed."},
     {"gemm_info", py_gemm_info, METH_NOARGS,

@@ -371,7 +371,7 @@ def test_products_go_where_they_run_faster(rows, k, n, compiled, monkeypatch):
 # ------------------------------------------------------------ the one-row product
 
 
-@pytest.mark.parametrize("n", [1, 3, 15, 16, 17, 127, 128, 129, 300])
+@pytest.mark.parametrize("n", [1, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300])
 @pytest.mark.parametrize("k", [1, 7, 256, 513])
 @pytest.mark.parametrize("act,params,reference", [
     (native.ACT_NONE, (0.0, 0.0), lambda v: v),
@@ -380,15 +380,15 @@ def test_products_go_where_they_run_faster(rows, k, n, compiled, monkeypatch):
     (native.ACT_LEAKY, (0.1, 0.0), lambda v: np.where(v < 0, 0.1 * v, v)),
 ], ids=["none", "relu", "clip", "leaky"])
 def test_gemv_edges(n, k, act, params, reference):
-    """Every column block width (128, 16, the scalar tail), with and without a bias,
-    within the float32 bound of a float64 product."""
+    """Every panel edge (one panel of 64 columns, several, a last one partly past N),
+    with and without a bias, within the float32 bound of a float64 product."""
     rng = np.random.default_rng(n * 1000 + k)
     a, b = _operands(rng, 1, k, n)
-    gemv = native.one_row_product(b)
-    assert gemv is not None
+    row_product = native.one_row_product(b)
+    assert row_product is not None
     for bias in (None, rng.standard_normal(n, dtype=np.float32)):
         y = np.full((1, n), np.nan, np.float32)
-        gemv(a, b, y, k, n, bias, act, *params)
+        row_product(a, y, bias, act, *params)
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         product = a64 @ b64
         bound = k * EPS * (np.abs(a64) @ np.abs(b64)) + 1e-30
@@ -401,19 +401,27 @@ def test_gemv_special_values_and_refusals():
     b = np.ones((3, 20), np.float32)
     a = np.array([[1.0, np.nan, 2.0]], np.float32)
     y = np.empty((1, 20), np.float32)
-    native.one_row_product(b)(a, b, y, 3, 20, None, native.ACT_RELU, 0.0, 0.0)
+    product = native.one_row_product(b)
+    product(a, y, None, native.ACT_RELU, 0.0, 0.0)
     assert np.isnan(y).all()  # ReLU keeps NaN, as the GEMM's finish and numpy do
-    gemv = native.compiled_module().gemv
+    gemv, panels = native.compiled_module().gemv, product.panels
+    assert panels.size == 3 * 64  # 20 columns: one panel of 64, zero past column 20
     with pytest.raises(ValueError):  # y too small
-        gemv(a, b, np.empty(5, np.float32), 3, 20)
+        gemv(a, panels, np.empty(5, np.float32), 3, 20)
+    with pytest.raises(ValueError):  # B given as rows, not panels: too few floats
+        gemv(a, b, y, 3, 20)
     with pytest.raises(TypeError):
-        gemv(a.astype(np.float64), b, y, 3, 20)
+        gemv(a.astype(np.float64), panels, y, 3, 20)
     with pytest.raises(ValueError):
-        gemv(a, b, y, 3, 20, None, 9)
-    # what the route does not take: too large, not float32, not contiguous
+        gemv(a, panels, y, 3, 20, None, 9)
+    # what the route does not take: too large, not float32
     assert native.one_row_product(np.ones((1024, 1024), np.float32)) is None
     assert native.one_row_product(np.ones((4, 4), np.float64)) is None
-    assert native.one_row_product(np.ones((4, 8), np.float32)[:, ::2]) is None
+    # a strided B is laid out in panels like any other
+    strided = np.arange(32, dtype=np.float32).reshape(4, 8)[:, ::2]
+    y4 = np.empty((1, 4), np.float32)
+    native.one_row_product(strided)(np.ones((1, 4), np.float32), y4)
+    np.testing.assert_array_equal(y4[0], strided.sum(axis=0))
 
 
 @pytest.mark.parametrize("name,params,reference", FUSED_GEMM_ACTIVATIONS, ids=[a[0] for a in FUSED_GEMM_ACTIVATIONS])
@@ -429,8 +437,15 @@ def test_batch_one_gemm_takes_the_one_row_product(name, params, reference, with_
     real = native.one_row_product
 
     def counted(b):
-        fn = real(b)
-        return None if fn is None else (lambda *args: calls.append(args[6]) or fn(*args))
+        product = real(b)
+        if product is None:
+            return None
+
+        def gemv(*args):
+            calls.append(args[6])
+            return product.gemv(*args)
+
+        return native.RowProduct(product.panels, product.k, product.n, gemv)
 
     monkeypatch.setattr(native, "one_row_product", counted)
     extra = {"activation_params": params} if params else {}

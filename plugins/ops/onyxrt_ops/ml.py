@@ -769,8 +769,9 @@ class LinearClassifier(_MLKernel):
         # row of the scores' rank (numpy broadcasts unequal ranks through a slower path)
         self._coef_t = np.ascontiguousarray(self.coef.T)
         self._intercept_row = self.intercepts.reshape(1, -1)
-        # the backend's one-row product (``row_product``: a compiled y = x @ W + b for one
-        # float32 row, or None for this W): a service scoring one sample at a time
+        # the backend's one-row product (``row_product(W)``: None for this W, or a
+        # compiled ``product(x, y, b)`` writing y = x @ W + b for one float32 row): a
+        # service scoring one sample at a time
         row_product = self.backend.extras.get("row_product")
         self._row_product = row_product(self._coef_t) if row_product is not None else None
 
@@ -780,9 +781,8 @@ class LinearClassifier(_MLKernel):
         if xf.shape[1] != self.coef.shape[1]:
             raise ValueError(f"X has {xf.shape[1]} features, the coefficients {self.coef.shape[1]}")
         if xp is np and self._row_product is not None and xf.shape[0] == 1 and xf.flags.c_contiguous:
-            k, n = self._coef_t.shape
-            s = np.empty((1, n), np.float32)
-            self._row_product(xf, self._coef_t, s, k, n, self.intercepts)
+            s = np.empty((1, self._coef_t.shape[1]), np.float32)
+            self._row_product(xf, s, self.intercepts)
         elif xp is np:
             s = xf @ self._coef_t
             s += self._intercept_row  # in place: the product is this call's own

@@ -133,17 +133,17 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         one-row product: a batch-1 row straight to it (one Python frame, where compute,
         product and _fast took three: ~1.5 µs of a 256 x 256 layer's ~6), any other
         input through :meth:`compute`."""
-        if self._gemv is None or self._b_packed is None:
+        if self._gemv is None:
             return None
-        gemv, packed, bias, (act, p0, p1) = self._gemv, self._b_packed, self._c_row, self.native_act
-        k, n = packed.shape
+        gemv, panels, k, n = self._gemv.gemv, self._gemv.panels, self._gemv.k, self._gemv.n
+        bias, (act, p0, p1) = self._c_row, self.native_act
         b_src, c_src, compute = self._b_src, self._c_src, self.compute
         row_in, row_out, f32, empty = (1, k), (1, n), np.dtype(np.float32), np.empty
 
         def single_output(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
             if b is b_src and c is c_src and a.shape == row_in and a.dtype is f32 and a.strides[1] == 4:
                 y = empty(row_out, f32)
-                gemv(a, packed, y, k, n, bias, act, p0, p1)
+                gemv(a, panels, y, k, n, bias, act, p0, p1)
                 return y
             return compute(a, b, c)[0]  # type: ignore[no-any-return]
 
@@ -217,9 +217,8 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         layer's Gemm, without the general path's tests (a tiny model's run is mostly
         per-node overhead)."""
         if self._gemv is not None and a.shape[0] == 1 and a.flags.c_contiguous:
-            k, n = self._b_packed.shape
-            y = np.empty((1, n), np.float32)
-            self._gemv(a, self._b_packed, y, k, n, self._c_row, *self.native_act)
+            y = np.empty((1, self._gemv.n), np.float32)
+            self._gemv(a, y, self._c_row, *self.native_act)
             return y, True
         if (self._b_gemm is not None and a.shape[0] >= MIN_PACKED_ROWS and a.flags.c_contiguous
                 and native.compiled_gemm_wins(a.shape[0], *self._b_gemm.shape)):
