@@ -59,6 +59,7 @@ from .limits import RunLimits, limits_from_config, run_limits
 from .loader import LoadedModel, ParsedModel, check_model, load_model, opset_versions
 from .logs import session_logger
 from .model_saving import save_optimized_model
+from .node_evaluation import run_nodes
 from .optimizer import (
     ONNXRUNTIME_OPTIMIZER_NAMES,
     OPT_IN,
@@ -403,7 +404,9 @@ class InferenceSession:
         opsets = opset_versions(proto)
         infer = functools.partial(_infer_shapes, logger=self._logger)
         ctx = PassContext(
-            can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets), evaluate=_evaluate_constants,
+            can_run=lambda domain, op: _all_can_run(providers, domain, op, opsets),
+            evaluate=functools.partial(
+                _evaluate_constants, cpu=next((p for p in providers if p.name == CPU_PROVIDER), None)),
             infer_shapes=infer, fold_dequantized_weights=not any(p.uses_qdq_groups for p in providers),
             fuse_qdq_groups=all(p.integer_qdq for p in providers),
             arrays=self._loaded.arrays,
@@ -1198,11 +1201,19 @@ def _with_adapters(feeds: Mapping[str, Any], run_options: RunOptions | None) -> 
 _INFERENCE_BYTES = 4096
 
 
-def _evaluate_constants(model: onnx.ModelProto, arrays: Mapping[str, Any]) -> list[Any]:
+def _evaluate_constants(
+    model: onnx.ModelProto, arrays: Mapping[str, Any], cpu: ExecutionProvider | None = None
+) -> list[Any]:
     """The outputs of ``model`` (which has no inputs; ``arrays`` the values of its
     data-less initializers) run on onyxrt's CPU provider with the optimizer off: how
     constant folding computes the nodes it folds, exactly as a run would
-    (:attr:`~onyxrt.optimizer.PassContext.evaluate`)."""
+    (:attr:`~onyxrt.optimizer.PassContext.evaluate`). Plain nodes run on the session's
+    CPU provider ``cpu`` directly (:func:`~onyxrt.node_evaluation.run_nodes`); anything
+    else through a session of their own."""
+    if isinstance(cpu, KernelRegistryProvider):
+        values = run_nodes(model, arrays, cpu)
+        if values is not None:
+            return values
     options = SessionOptions()
     options.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
     session = InferenceSession(ParsedModel(model, arrays, "<constant folding>"), options, providers=[CPU_PROVIDER])
