@@ -89,6 +89,9 @@ void threads_init(void);
  * stays on the caller (ranges are handed out as threads ask: a slow thread takes fewer). */
 typedef void (*RangeFn)(void *ctx, idx begin, idx end);
 void parallel_for(RangeFn fn, void *ctx, idx items, idx min_items);
+/* parallel_for with `per_thread` chunks per thread (at most one per min_items items):
+ * finer chunks even out the end of a call whose items cost alike and share nothing. */
+void parallel_for_chunked(RangeFn fn, void *ctx, idx items, idx min_items, idx per_thread);
 /* Below this many floats of work, a piece costs more to hand to a worker than to do. */
 #define MIN_PARALLEL_FLOATS 16384
 void blas_callback(int sync, OpenblasJobFn dojob, int numjobs, size_t elsize, void *jobdata,

@@ -475,21 +475,28 @@ range_part(void *ctx, idx part, idx parts)
 }
 
 /* Chunks per thread: enough to even out a slow thread, few enough that each is worth
- * handing out. */
+ * handing out (a GEMM's chunk packs the B panels it reads: finer chunks pack them more
+ * often). */
 #define CHUNKS_PER_THREAD 4
 
 void
-parallel_for(RangeFn fn, void *ctx, idx items, idx min_items)
+parallel_for_chunked(RangeFn fn, void *ctx, idx items, idx min_items, idx per_thread)
 {
     const idx parts = parallel_parts(items, min_items);
     idx chunks = parts;
     if (parts > 1) {
         const idx most = items / (min_items > 0 ? min_items : 1);
-        chunks = parts * CHUNKS_PER_THREAD < most ? parts * CHUNKS_PER_THREAD : most;
+        chunks = parts * per_thread < most ? parts * per_thread : most;
         chunks = chunks < parts ? parts : chunks;
     }
     RangeCall call = {fn, ctx, items, chunks, 0};
     parallel_run(range_part, &call, parts);
+}
+
+void
+parallel_for(RangeFn fn, void *ctx, idx items, idx min_items)
+{
+    parallel_for_chunked(fn, ctx, items, min_items, CHUNKS_PER_THREAD);
 }
 
 PyObject *
