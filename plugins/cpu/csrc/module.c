@@ -61,6 +61,8 @@ static PyMethodDef methods[] = {
     {"winograd_output", py_winograd_output, METH_VARARGS,
      "winograd_output(products, y, geometry, M, bias, z, act, p0, p1): output transform "
      "of (16, M, tiles) into y with bias, residual and activation."},
+    {"normalize_rows", py_normalize_rows, METH_VARARGS,
+     "normalize_rows(x, out, n, norm): each row of n floats over its max (0), L1 (1) or L2 (2) norm."},
     {"softmax", py_softmax, METH_VARARGS,
      "softmax(x, out, n): softmax over each contiguous row of n floats."},
     {"layernorm", py_layernorm, METH_VARARGS,

@@ -205,6 +205,7 @@ PyObject *py_winograd_input(PyObject *self, PyObject *args);
 PyObject *py_winograd_output(PyObject *self, PyObject *args);
 PyObject *py_softmax(PyObject *self, PyObject *args);
 PyObject *py_layernorm(PyObject *self, PyObject *args);
+PyObject *py_normalize_rows(PyObject *self, PyObject *args);
 PyObject *py_threads(PyObject *self, PyObject *args);
 PyObject *py_gemm_pack(PyObject *self, PyObject *args);
 PyObject *py_gemm(PyObject *self, PyObject *args);

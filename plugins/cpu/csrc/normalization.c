@@ -109,3 +109,74 @@ py_layernorm(PyObject *self, PyObject *args)
     release_all(views, VIEWS);
     Py_RETURN_NONE;
 }
+
+/* ------------------------------------------------------------ ai.onnx.ml Normalizer */
+
+/* Each row of n floats divided by its maximum (norm 0; NaN skipped, as onnxruntime's
+ * running std::max and numpy's fmax), its L1 norm (1) or its L2 norm (2); a zero divisor
+ * leaves the row as it is. Sums are taken in order (short rows: a classifier's scores). */
+static void
+normalize_row(const float *x, float *y, idx n, int norm)
+{
+    float div;
+    if (norm == 0) {
+        div = x[0];
+        for (idx j = 1; j < n; j++) {
+            div = isnan(div) || x[j] > div ? (isnan(x[j]) ? div : x[j]) : div;
+        }
+    } else {
+        float sum = 0.0f;
+        for (idx j = 0; j < n; j++) {
+            sum += norm == 1 ? fabsf(x[j]) : x[j] * x[j];
+        }
+        div = norm == 1 ? sum : sqrtf(sum);
+    }
+    if (div == 0.0f) {
+        div = 1.0f;
+    }
+    for (idx j = 0; j < n; j++) {
+        y[j] = x[j] / div;
+    }
+}
+
+/* normalize_rows(x, y, n, norm): see normalize_row; x and y hold whole rows of n floats. */
+PyObject *
+py_normalize_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *yo;
+    idx n;
+    int norm;
+    if (!PyArg_ParseTuple(args, "OOni", &xo, &yo, &n, &norm)) {
+        return NULL;
+    }
+    if (check_positive("row length", n, 1) < 0) {
+        return NULL;
+    }
+    if (norm < 0 || norm > 2) {
+        PyErr_Format(PyExc_ValueError, "norm must be 0 (MAX), 1 (L1) or 2 (L2), got %d", norm);
+        return NULL;
+    }
+    enum { X, Y, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
+        release_all(views, VIEWS);
+        return NULL;
+    }
+    const idx total = views[X].len / 4;
+    if (total % n != 0 || get_f32(yo, &views[Y], 1, total, "out") < 0) {
+        if (total % n != 0) {
+            PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
+        }
+        release_all(views, VIEWS);
+        return NULL;
+    }
+    const float *x = (const float *)views[X].buf;
+    float *y = (float *)views[Y].buf;
+    for (idx r = 0; r < total / n; r++) { /* a service's few rows: not worth the pool */
+        normalize_row(x + r * n, y + r * n, n, norm);
+    }
+    release_all(views, VIEWS);
+    Py_RETURN_NONE;
+}

@@ -332,6 +332,36 @@ def test_normalizer_one_row_matches_onnxruntime(norm, row):
     assert_matches_onnxruntime(node, 1, [np.array([row], np.float32)], [TensorProto.FLOAT], rtol=1e-6)
 
 
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_compiled_rows_match_numpy(norm):
+    """The compiled rows (native.normalize_rows) against the numpy steps they replace, on
+    rows of every kind at once: zeros, NaN first and later, infinities, long rows."""
+    from onyxrt_cpu import native
+
+    if not native.ENABLED:
+        pytest.skip("compiled module not built")
+    x = randn((7, 33), seed=8)
+    x[1] = 0.0
+    x[2, 0] = np.nan
+    x[3, 5] = np.nan
+    x[4, 3] = np.inf
+    x[5] = -np.abs(x[5])
+    got = native.normalize_rows(x, norm)
+    with np.errstate(all="ignore"):
+        if norm == "MAX":
+            div = np.fmax.reduce(x, axis=-1, keepdims=True)
+        elif norm == "L1":
+            div = np.add.reduce(np.abs(x), axis=-1, keepdims=True)
+        else:
+            div = np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True))
+        div[div == 0] = 1
+        want = x / div
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+    assert native.normalize_rows(x.astype(np.float64), norm) is None
+    assert native.normalize_rows(x, "L3") is None
+
+
 def test_imputer_float_nan_and_int():
     node = ml_node("Imputer", imputed_value_floats=[1.0, 2.0, 3.0], replaced_value_float=np.nan)
     x = np.array([[np.nan, 5.0, np.nan], [0.0, np.nan, 1.0]], np.float32)

@@ -1024,6 +1024,7 @@ class Normalizer(_MLKernel):
         self.norm = info.attr("norm", "MAX")
         if self.norm not in ("MAX", "L1", "L2"):
             raise InvalidGraph(f"{self.where()}: norm must be MAX, L1 or L2, got {self.norm!r}")
+        self._rows = self.backend.extras.get("normalize_rows")
 
     def compute(self, x: Any) -> tuple[Any]:
         xp = self.xp
@@ -1032,6 +1033,11 @@ class Normalizer(_MLKernel):
         else:
             xf = xp.astype(x, self.backend.dtype(np.float32))
         xf = xp.reshape(xf, (1, -1)) if xf.ndim == 1 else xf
+        rows = self._rows if xp is np else None
+        if rows is not None:  # the backend's compiled rows (``normalize_rows``)
+            y = rows(xf, self.norm)
+            if y is not None:
+                return (y,)
         if xp is np:  # ufunc calls: numpy's function wrappers are most of a row's cost
             if self.norm == "MAX":
                 # onnxruntime's running std::max skips NaN (it never compares greater)
