@@ -166,29 +166,16 @@ py_softmax(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
         return NULL;
     }
-    if (check_positive("row length", n, 1) < 0) {
-        return NULL;
-    }
     enum { X, Y, VIEWS };
     Py_buffer views[VIEWS];
     memset(views, 0, sizeof(views));
-    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
-        release_all(views, VIEWS);
-        return NULL;
-    }
-    const idx total = views[X].len / 4;
-    if (total % n != 0) {
-        release_all(views, VIEWS);
-        PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
-        return NULL;
-    }
-    if (get_f32(yo, &views[Y], 1, total, "out") < 0) {
-        release_all(views, VIEWS);
+    const idx rows = get_rows_f32(xo, yo, n, &views[X], &views[Y]);
+    if (rows < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n};
-    parallel_for(softmax_rows, &call, total / n, 1 + MIN_PARALLEL_FLOATS / n);
+    parallel_for(softmax_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
     Py_END_ALLOW_THREADS
     release_all(views, VIEWS);
     Py_RETURN_NONE;

@@ -83,6 +83,25 @@ get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name)
     return get_f32(obj, view, 0, need, name);
 }
 
+idx
+get_rows_f32(PyObject *xo, PyObject *yo, idx n, Py_buffer *x, Py_buffer *y)
+{
+    if (check_positive("row length", n, 1) < 0 || get_f32(xo, x, 0, 0, "x") < 0) {
+        return -1;
+    }
+    const idx total = x->len / 4;
+    if (total % n != 0) {
+        release(x);
+        PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
+        return -1;
+    }
+    if (get_f32(yo, y, 1, total, "out") < 0) {
+        release(x);
+        return -1;
+    }
+    return total / n;
+}
+
 void
 release(Py_buffer *view)
 {

@@ -68,6 +68,9 @@ typedef struct {
 /* buffers.c: argument checks. */
 int get_f32(PyObject *obj, Py_buffer *view, int writable, idx need, const char *name);
 int get_optional_f32(PyObject *obj, Py_buffer *view, idx need, const char *name);
+/* A row-wise function's x (whole rows of n floats; n < 1 is an error) and out (as many floats,
+ * writable): the number of rows, or -1 with a Python error set and nothing held. */
+idx get_rows_f32(PyObject *xo, PyObject *yo, idx n, Py_buffer *x, Py_buffer *y);
 int get_f32_rows(PyObject *obj, Py_buffer *view, idx rows, idx cols, idx *ld, int writable,
                  const char *name);
 int get_bytes(PyObject *obj, Py_buffer *view, int writable, idx need, idx itemsize,

@@ -74,26 +74,15 @@ py_layernorm(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOnOOfOO", &xo, &yo, &n, &so, &bo, &epsilon, &mo, &io)) {
         return NULL;
     }
-    if (check_positive("row length", n, 1) < 0) {
-        return NULL;
-    }
     /* mean and inv_std_dev stay zeroed (NULL buffers) when not asked for */
     enum { X, Y, SCALE, B, MEAN, INV, VIEWS };
     Py_buffer views[VIEWS];
     memset(views, 0, sizeof(views));
-    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
-        release_all(views, VIEWS);
+    const idx rows = get_rows_f32(xo, yo, n, &views[X], &views[Y]);
+    if (rows < 0) {
         return NULL;
     }
-    const idx total = views[X].len / 4;
-    const idx rows = total / n;
-    if (rows * n != total) {
-        release_all(views, VIEWS);
-        PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
-        return NULL;
-    }
-    if (get_f32(yo, &views[Y], 1, total, "out") < 0 ||
-        get_f32(so, &views[SCALE], 0, n, "scale") < 0 ||
+    if (get_f32(so, &views[SCALE], 0, n, "scale") < 0 ||
         get_optional_f32(bo, &views[B], n, "bias") < 0 ||
         (mo != Py_None && get_f32(mo, &views[MEAN], 1, rows, "mean") < 0) ||
         (io != Py_None && get_f32(io, &views[INV], 1, rows, "inv_std_dev") < 0)) {
@@ -150,9 +139,6 @@ py_normalize_rows(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOni", &xo, &yo, &n, &norm)) {
         return NULL;
     }
-    if (check_positive("row length", n, 1) < 0) {
-        return NULL;
-    }
     if (norm < 0 || norm > 2) {
         PyErr_Format(PyExc_ValueError, "norm must be 0 (MAX), 1 (L1) or 2 (L2), got %d", norm);
         return NULL;
@@ -160,21 +146,13 @@ py_normalize_rows(PyObject *self, PyObject *args)
     enum { X, Y, VIEWS };
     Py_buffer views[VIEWS];
     memset(views, 0, sizeof(views));
-    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
-        release_all(views, VIEWS);
-        return NULL;
-    }
-    const idx total = views[X].len / 4;
-    if (total % n != 0 || get_f32(yo, &views[Y], 1, total, "out") < 0) {
-        if (total % n != 0) {
-            PyErr_Format(PyExc_ValueError, "x holds %zd floats: not whole rows of %zd", total, n);
-        }
-        release_all(views, VIEWS);
+    const idx rows = get_rows_f32(xo, yo, n, &views[X], &views[Y]);
+    if (rows < 0) {
         return NULL;
     }
     const float *x = (const float *)views[X].buf;
     float *y = (float *)views[Y].buf;
-    for (idx r = 0; r < total / n; r++) { /* a service's few rows: not worth the pool */
+    for (idx r = 0; r < rows; r++) { /* a service's few rows: not worth the pool */
         normalize_row(x + r * n, y + r * n, n, norm);
     }
     release_all(views, VIEWS);
