@@ -12,7 +12,7 @@ import time
 import pytest
 
 from onyxrt.kernels import Kernel, KernelRegistry
-from onyxrt.testing.operator_index import installed, stale_indexes
+from onyxrt.testing.operator_index import fresh_index, index_path, installed
 
 
 class _Identity(Kernel):
@@ -81,12 +81,39 @@ def test_threads_load_an_operator_once():
     assert len(found) == 4 and all(k is not None and k.since_version == 13 for k in found)
 
 
+def _modules_of(text: str) -> dict:
+    namespace: dict = {}
+    exec(compile(text, "<index>", "exec"), namespace)  # noqa: S102 - the generated index
+    return namespace["MODULES"]
+
+
+def _full_configuration(package: str) -> bool:
+    """Whether every kernel the package can register is registered here: the CPU
+    provider's NCHWc kernels only where they are offered (its index is made where they
+    are, and holds them wherever they are not)."""
+    if package != "onyxrt_cpu.kernels":
+        return True
+    from onyxrt_cpu import native
+
+    return bool(native.ENABLED and native.NCHWC_ENABLED)
+
+
 def test_indexes_are_current():
     """A module that gained or moved an operator without the index rewritten would leave
-    that operator's kernels unloaded (or register them twice)."""
-    if not installed():
+    that operator's kernels unloaded (or register them twice): every operator registered
+    here must be in the index, under every module that registers it; and where every
+    kernel is on, the index must be exactly what the modules register."""
+    packages = installed()
+    if not packages:
         pytest.skip("no package keeping an operator index is installed")
-    assert stale_indexes() == [], "rewrite with: python -m onyxrt.testing.operator_index --write"
+    fix = "rewrite with: python -m onyxrt.testing.operator_index --write"
+    for package in packages:
+        committed = _modules_of(index_path(package).read_text(encoding="utf-8"))
+        fresh = _modules_of(fresh_index(package))
+        uncovered = {key: mods for key, mods in fresh.items() if not set(mods) <= set(committed.get(key, ()))}
+        assert not uncovered, f"{package}: not in its index: {uncovered}; {fix}"
+        if _full_configuration(package):
+            assert fresh == committed, f"{package}: its index is stale; {fix}"
 
 
 _DUMP = r"""
