@@ -140,6 +140,16 @@ class ExecutionPlan:
         input_slots = self.input_slots
         for name, value in feeds.items():
             vals[input_slots[name]] = value
+        if (device_feeds is None and pool is None and profile is None and self.graph_replay is None
+                and not self.hooked_providers):
+            # The usual run (host feeds, no provider hooks, no replay, not parallel or
+            # profiled) without the branches below: ~0.4 µs of a tiny model's ~5 µs run.
+            quiet = ignore_float_errors()
+            try:
+                self._execute(vals, run_options)
+            finally:
+                restore_float_errors(quiet)
+            return self._outputs_of(vals, feeds, output_names, keep_on_device)
         for name, (value, holder) in (device_feeds or {}).items():
             if name in self.host_read_inputs:  # a host kernel reads it: it must be on the host
                 vals[input_slots[name]] = holder.data_transfer().copy(value, holder.device, _HOST_DEVICE)
@@ -175,6 +185,13 @@ class ExecutionPlan:
             _end_run(started, run_options, failed=True)
             raise
         _end_run(started, run_options, failed=False)
+        return self._outputs_of(vals, feeds, output_names, keep_on_device)
+
+    def _outputs_of(
+        self, vals: list[Any], feeds: Mapping[str, Any], output_names: Sequence[str],
+        keep_on_device: Mapping[str, bool] | None,
+    ) -> list[Any]:
+        """A finished run's outputs, as the caller gets them (see :meth:`run`)."""
         results: list[Any] = []
         # A kernel may hand back an input itself (Identity, a no-op Reshape or Cast): the
         # caller's feed must never come back as an output, nor one array as two outputs

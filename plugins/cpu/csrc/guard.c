@@ -246,12 +246,13 @@ py_guard_start(PyObject *self, PyObject *args)
     return Py_BuildValue("(NN)", capsule, previous);
 }
 
-/* guard_stop(guard, previous): disarm the guard and restore the previous handler. */
+/* guard_stop((guard, previous)): disarm the guard and restore the previous handler; the
+ * argument is guard_start's token as it is. */
 PyObject *
 py_guard_stop(PyObject *self, PyObject *args)
 {
     PyObject *capsule, *previous;
-    if (!PyArg_ParseTuple(args, "OO", &capsule, &previous)) {
+    if (!PyArg_ParseTuple(args, "(OO)", &capsule, &previous)) {
         return NULL;
     }
     Guard *g = guard_of(capsule);

@@ -109,7 +109,7 @@ static PyMethodDef methods[] = {
      "guard_start(max_tensor_bytes, max_run_bytes) -> (guard, previous): a new memory guard "
      "as numpy's allocator in the current context (0: no limit)."},
     {"guard_stop", py_guard_stop, METH_VARARGS,
-     "guard_stop(guard, previous): disarm the guard, restore the previous allocator."},
+     "guard_stop(token): disarm the guard of guard_start's token, restore the previous allocator."},
     {"guard_state", py_guard_state, METH_VARARGS,
      "guard_state(guard) -> (live, peak, refused_kind, refused_bytes, refused_live)."},
     {NULL, NULL, 0, NULL},

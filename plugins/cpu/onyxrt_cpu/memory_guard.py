@@ -8,6 +8,7 @@ build) nothing is installed, and the limits hold where kernels check them explic
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from onyxrt.limits import MemoryGuard, install_memory_guard
@@ -21,20 +22,19 @@ _REFUSED = {1: "tensor", 2: "run"}
 
 class NumpyMemoryGuard:
     """A :class:`~onyxrt.limits.MemoryGuard` over numpy's allocator API: each
-    :meth:`start` makes a new guard (its own counters) numpy's allocator in the current
-    context; :meth:`stop` disarms it and restores the allocator it replaced."""
+    ``start(max_tensor_bytes, max_run_bytes)`` makes a new guard (its own counters) numpy's
+    allocator in the current context and returns its token; ``stop(token)`` disarms it and
+    restores the allocator it replaced. Both are the compiled functions themselves: every
+    run starts and stops a guard, and two Python frames around them were ~0.3 µs of a tiny
+    model's ~5 µs run."""
+
+    start: Callable[[int, int], Any]
+    stop: Callable[[Any], None]
 
     def __init__(self, module: Any) -> None:
         self._native = module
-
-    def start(self, max_tensor_bytes: int, max_run_bytes: int) -> Any:
-        """Guard the current context's numpy allocations; the token is for :meth:`stop`."""
-        return self._native.guard_start(max_tensor_bytes, max_run_bytes)
-
-    def stop(self, token: Any) -> None:
-        """Disarm the guard and restore the allocator it replaced."""
-        guard, previous = token
-        self._native.guard_stop(guard, previous)
+        self.start = module.guard_start
+        self.stop = module.guard_stop
 
     def refusal(self, token: Any) -> tuple[str, int, int] | None:
         """The last request the guard refused: (limit, bytes asked, bytes live then)."""
