@@ -102,49 +102,95 @@ typedef struct {
     const float *scales;
     float *w;
     idx blocks, block, k;
+    idx n;      /* rows of W (packed: the lines of the GEMM's B) */
+    int failed; /* packed: out of memory */
 } Dequant4Call;
 
-MULTIVERSION static void
-dequantize4_rows(void *ctx, idx begin, idx end)
+/* Row n of W into out (k floats). */
+static inline __attribute__((always_inline)) void
+dequantize4_row(const Dequant4Call *c, idx n, float *restrict out)
 {
-    const Dequant4Call *c = (const Dequant4Call *)ctx;
     const idx half = c->block / 2, zcols = (c->blocks + 1) / 2;
-    for (idx n = begin; n < end; n++) {
-        float *out = c->w + n * c->k;
-        for (idx j = 0; j < c->blocks; j++) {
-            const float s = c->scales[n * c->blocks + j];
-            int z = 8;
-            if (c->zp) {
-                const uint8_t byte = c->zp[n * zcols + j / 2];
-                z = (j & 1) ? byte >> 4 : byte & 15;
+    for (idx j = 0; j < c->blocks; j++) {
+        const float s = c->scales[n * c->blocks + j];
+        int z = 8;
+        if (c->zp) {
+            const uint8_t byte = c->zp[n * zcols + j / 2];
+            z = (j & 1) ? byte >> 4 : byte & 15;
+        }
+        const uint8_t *q = c->b + (n * c->blocks + j) * half;
+        const idx base = j * c->block;
+        if (base + c->block <= c->k) {
+            for (idx i = 0; i < half; i++) {
+                out[base + 2 * i] = (float)((q[i] & 15) - z) * s;
+                out[base + 2 * i + 1] = (float)((q[i] >> 4) - z) * s;
             }
-            const uint8_t *q = c->b + (n * c->blocks + j) * half;
-            const idx base = j * c->block;
-            if (base + c->block <= c->k) {
-                for (idx i = 0; i < half; i++) {
-                    out[base + 2 * i] = (float)((q[i] & 15) - z) * s;
+        } else {
+            for (idx i = 0; base + 2 * i < c->k; i++) {
+                out[base + 2 * i] = (float)((q[i] & 15) - z) * s;
+                if (base + 2 * i + 1 < c->k) {
                     out[base + 2 * i + 1] = (float)((q[i] >> 4) - z) * s;
-                }
-            } else {
-                for (idx i = 0; base + 2 * i < c->k; i++) {
-                    out[base + 2 * i] = (float)((q[i] & 15) - z) * s;
-                    if (base + 2 * i + 1 < c->k) {
-                        out[base + 2 * i + 1] = (float)((q[i] >> 4) - z) * s;
-                    }
                 }
             }
         }
     }
 }
 
-/* dequantize4(b, scales, zero_points or None, w, n, blocks, block, k) */
+MULTIVERSION static void
+dequantize4_rows(void *ctx, idx begin, idx end)
+{
+    const Dequant4Call *c = (const Dequant4Call *)ctx;
+    for (idx n = begin; n < end; n++) {
+        dequantize4_row(c, n, c->w + n * c->k);
+    }
+}
+
+/* Panels [begin, end) of W^T in the GEMM's packed-B layout (gemm.c: per block of GEMM_KC
+ * along k, per panel of GEMM_NR lines, [kc][GEMM_NR] floats, zero past the last line):
+ * each row of W dequantized into a row of scratch, then spread into its panel's column,
+ * so the weights are written once, already packed, instead of dequantized into an (N, K)
+ * matrix that packing then reads and copies (a 4-bit BERT's 340 MB twice over). */
+MULTIVERSION static void
+dequantize4_panels(void *ctx, idx begin, idx end)
+{
+    Dequant4Call *c = (Dequant4Call *)ctx;
+    const idx count = (c->n + GEMM_NR - 1) / GEMM_NR;
+    float *row = (float *)malloc(sizeof(float) * (size_t)(c->k > 0 ? c->k : 1));
+    if (row == NULL) {
+        __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (idx p = begin; p < end; p++) {
+        for (idx l = 0; l < GEMM_NR; l++) {
+            const idx line = p * GEMM_NR + l;
+            if (line < c->n) {
+                dequantize4_row(c, line, row);
+            } else {
+                fill(row, c->k, 0.0f);
+            }
+            for (idx k0 = 0; k0 < c->k; k0 += GEMM_KC) {
+                const idx kc = c->k - k0 < GEMM_KC ? c->k - k0 : GEMM_KC;
+                float *d = c->w + k0 * count * GEMM_NR + p * kc * GEMM_NR + l;
+                for (idx kk = 0; kk < kc; kk++) {
+                    d[kk * GEMM_NR] = row[k0 + kk];
+                }
+            }
+        }
+    }
+    free(row);
+}
+
+/* dequantize4(b, scales, zero_points or None, w, n, blocks, block, k[, packed]): w the
+ * (N, K) matrix, or with packed its transpose in the GEMM's packed-B layout
+ * (ceil(n / GEMM_NR) * GEMM_NR * k floats). */
 PyObject *
 py_dequantize4(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *bo, *so, *zo, *wo;
     Py_ssize_t n, blocks, block, k;
-    if (!PyArg_ParseTuple(args, "OOOOnnnn", &bo, &so, &zo, &wo, &n, &blocks, &block, &k)) {
+    int packed = 0;
+    if (!PyArg_ParseTuple(args, "OOOOnnnn|p", &bo, &so, &zo, &wo, &n, &blocks, &block, &k, &packed)) {
         return NULL;
     }
     if (n < 0 || blocks < 0 || block < 2 || block % 2 || k < 0 || k > blocks * block) {
@@ -157,16 +203,24 @@ py_dequantize4(PyObject *self, PyObject *args)
     if (get_bytes(bo, &v[B], 0, n * blocks * (block / 2), 1, "b") < 0 ||
         get_f32(so, &v[S], 0, n * blocks, "scales") < 0 ||
         (zo != Py_None && get_bytes(zo, &v[Z], 0, n * ((blocks + 1) / 2), 1, "zero points") < 0) ||
-        get_f32(wo, &v[W], 1, n * k, "w") < 0) {
+        get_f32(wo, &v[W], 1, packed ? (n + GEMM_NR - 1) / GEMM_NR * GEMM_NR * k : n * k, "w") < 0) {
         release_all(v, VIEWS);
         return NULL;
     }
     Dequant4Call call = {(const uint8_t *)v[B].buf, (const uint8_t *)v[Z].buf, (const float *)v[S].buf,
-                         (float *)v[W].buf, blocks, block, k};
+                         (float *)v[W].buf, blocks, block, k, n, 0};
     Py_BEGIN_ALLOW_THREADS
-    parallel_for(dequantize4_rows, &call, n, 1 + MIN_PARALLEL_FLOATS / (k + 1));
+    if (packed) {
+        parallel_for(dequantize4_panels, &call, (n + GEMM_NR - 1) / GEMM_NR,
+                     1 + MIN_PARALLEL_FLOATS / (GEMM_NR * k + 1));
+    } else {
+        parallel_for(dequantize4_rows, &call, n, 1 + MIN_PARALLEL_FLOATS / (k + 1));
+    }
     Py_END_ALLOW_THREADS
     release_all(v, VIEWS);
+    if (call.failed) {
+        return PyErr_NoMemory();
+    }
     Py_RETURN_NONE;
 }
 

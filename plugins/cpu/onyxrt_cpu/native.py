@@ -82,6 +82,7 @@ __all__ = [
     "gemm",
     "GEMV_MAX_WEIGHTS",
     "one_row_product",
+    "dequantize4_packed",
     "normalize_rows",
     "RowProduct",
     "NCHWC_BLOCK",
@@ -353,6 +354,28 @@ def dequantize4(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | Non
                         None if zero_points is None else np.ascontiguousarray(zero_points).reshape(-1),
                         w, n, blocks, block, k)
     return w
+
+
+def dequantize4_packed(
+    b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, k: int, block: int
+) -> PackedMatrix | None:
+    """:func:`dequantize4`'s weights transposed, (K, N), written straight into
+    :func:`gemm`'s packed right operand (what ``pack_gemm_b(dequantize4(...).T)`` gives,
+    in one pass: a 4-bit BERT's weights were dequantized into 340 MB and copied into as
+    many again); ``None`` when the call does not qualify."""
+    if not ENABLED or not hasattr(_native, "dequantize4") or b.dtype != np.uint8 or b.ndim != 3:
+        return None
+    n, blocks, half = b.shape
+    if half * 2 != block or scales.dtype != _F32 or scales.size != n * blocks or not 0 <= k <= blocks * block:
+        return None
+    if zero_points is not None and (zero_points.dtype != np.uint8 or zero_points.size != n * ((blocks + 1) // 2)):
+        return None
+    nr = _native.gemm_info()[1]
+    data = np.empty(-(-n // nr) * nr * k, _F32)
+    _native.dequantize4(np.ascontiguousarray(b), np.ascontiguousarray(scales).reshape(-1),
+                        None if zero_points is None else np.ascontiguousarray(zero_points).reshape(-1),
+                        data, n, blocks, block, k, True)
+    return PackedMatrix(data, (k, n), "b")
 
 
 #: Whether :func:`recurrent` runs here (the module built with csrc/recurrent.c, and on).

@@ -163,6 +163,7 @@ def _kernels(session: onyxrt.InferenceSession) -> list:
 @pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")
 @pytest.mark.parametrize(("n", "k", "block", "zero_points"), [
     (37, 80, 32, True), (37, 80, 32, False), (5, 64, 16, True), (3, 96, 64, False), (4, 33, 16, True),
+    (70, 300, 32, True), (33, 520, 16, False),  # two blocks of K for the GEMM, N past a panel
 ])  # fmt: skip
 def test_compiled_4bit_dequantization_is_the_librarys(n, k, block, zero_points):
     b, scales, zps = _nbits_weights(n, k, block, seed=n + k)
@@ -173,6 +174,12 @@ def test_compiled_4bit_dequantization_is_the_librarys(n, k, block, zero_points):
     kernel = kdef.factory(KernelInfo.from_node(node, 1, since_version=1))
     compiled = native.dequantize4(b, scales, zps, k, block)
     np.testing.assert_array_equal(compiled, kernel.weights(b, scales, zps))  # same float32 steps
+    # straight into the GEMM's packed right operand: what packing the dequantized matrix
+    # gives, float for float (panels past N zero, K not a multiple of the block)
+    packed = native.dequantize4_packed(b, scales, zps, k, block)
+    expected = native.pack_gemm_b(compiled.T)
+    assert packed.shape == expected.shape == (k, n) and packed.side == "b"
+    np.testing.assert_array_equal(packed.data, expected.data)
 
 
 @pytest.mark.skipif(not native.ENABLED, reason="compiled module not built")

@@ -197,18 +197,21 @@ class MatMulNBits(library.kernel("MatMulNBits", 1, BACKEND, _MS)):
         constant = isinstance(b, np.ndarray) and isinstance(scales, np.ndarray) and (
             zero_points is not None or not info.has_input(3))
         size = self.k * self.n * 4
+        # Where the compiled GEMM is preferred, the dequantized weights are kept packed for
+        # it (one copy in memory), as a FusedMatMul's constant weights: the products of a
+        # 4-bit BERT took 6x a float BERT's FusedMatMul through numpy's matmul of the
+        # transposed weights. 4-bit weights are dequantized straight into that layout.
+        self._packed: native.PackedMatrix | None = None
         if constant and _dequantized_bytes + size <= DEQUANTIZED_WEIGHTS_BUDGET:
-            # (N, K) as dequantized (4-bit in one compiled pass where it can); the product
-            # reads its transpose in place (BLAS's transB).
-            w = native.dequantize4(b, scales, zero_points, self.k, self.block) if self.bits == 4 else None
-            self._weights = np.ascontiguousarray(self.weights(b, scales, zero_points) if w is None else w)
+            if self.bits == 4 and native.GEMM_PREFERRED:
+                self._packed = native.dequantize4_packed(b, scales, zero_points, self.k, self.block)
+            if self._packed is None:
+                # (N, K) as dequantized (4-bit in one compiled pass where it can); the
+                # product reads its transpose in place (BLAS's transB).
+                w = native.dequantize4(b, scales, zero_points, self.k, self.block) if self.bits == 4 else None
+                self._weights = np.ascontiguousarray(self.weights(b, scales, zero_points) if w is None else w)
             _dequantized_bytes += size
             weakref.finalize(self, _release, size)
-        # Where the compiled GEMM is preferred, the dequantized weights are kept packed for
-        # it instead (the float32 (N, K) copy is dropped: one copy in memory), as a
-        # FusedMatMul's constant weights: the products of a 4-bit BERT took 6x a float
-        # BERT's FusedMatMul through numpy's matmul of the transposed weights.
-        self._packed: native.PackedMatrix | None = None
         if self._weights is not None and self._weights.dtype == np.float32 and native.GEMM_PREFERRED:
             self._packed = native.pack_gemm_b(self._weights.T)
             if self._packed is not None:
