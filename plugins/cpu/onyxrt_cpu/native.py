@@ -342,18 +342,8 @@ def dequantize4(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | Non
     two values a byte (low nibble first), ``scales`` float32 (N * blocks), ``zero_points``
     uint8 packed the same way (N, ceil(blocks / 2)) or None (8): ``(q - zp) * scale``, as
     the operator library computes it, in one pass; ``None`` when the call does not qualify."""
-    if not ENABLED or not hasattr(_native, "dequantize4") or b.dtype != np.uint8 or b.ndim != 3:
-        return None
-    n, blocks, half = b.shape
-    if half * 2 != block or scales.dtype != _F32 or scales.size != n * blocks or not 0 <= k <= blocks * block:
-        return None
-    if zero_points is not None and (zero_points.dtype != np.uint8 or zero_points.size != n * ((blocks + 1) // 2)):
-        return None
-    w = np.empty((n, k), _F32)
-    _native.dequantize4(np.ascontiguousarray(b), np.ascontiguousarray(scales).reshape(-1),
-                        None if zero_points is None else np.ascontiguousarray(zero_points).reshape(-1),
-                        w, n, blocks, block, k)
-    return w
+    done = _dequantize4(b, scales, zero_points, k, block, packed=False)
+    return None if done is None else done[0].reshape(done[1], k)
 
 
 def dequantize4_packed(
@@ -363,6 +353,16 @@ def dequantize4_packed(
     :func:`gemm`'s packed right operand (what ``pack_gemm_b(dequantize4(...).T)`` gives,
     in one pass: a 4-bit BERT's weights were dequantized into 340 MB and copied into as
     many again); ``None`` when the call does not qualify."""
+    done = _dequantize4(b, scales, zero_points, k, block, packed=True)
+    return None if done is None else PackedMatrix(done[0], (k, done[1]), "b")
+
+
+def _dequantize4(
+    b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, k: int, block: int, packed: bool
+) -> tuple[np.ndarray, int] | None:
+    """The compiled 4-bit dequantization into a fresh flat buffer — the (N, K) matrix, or
+    with ``packed`` its transpose in :func:`gemm`'s packed layout — and N; ``None`` when
+    the arguments do not qualify."""
     if not ENABLED or not hasattr(_native, "dequantize4") or b.dtype != np.uint8 or b.ndim != 3:
         return None
     n, blocks, half = b.shape
@@ -371,11 +371,11 @@ def dequantize4_packed(
     if zero_points is not None and (zero_points.dtype != np.uint8 or zero_points.size != n * ((blocks + 1) // 2)):
         return None
     nr = _native.gemm_info()[1]
-    data = np.empty(-(-n // nr) * nr * k, _F32)
+    out = np.empty(-(-n // nr) * nr * k if packed else n * k, _F32)
     _native.dequantize4(np.ascontiguousarray(b), np.ascontiguousarray(scales).reshape(-1),
                         None if zero_points is None else np.ascontiguousarray(zero_points).reshape(-1),
-                        data, n, blocks, block, k, True)
-    return PackedMatrix(data, (k, n), "b")
+                        out, n, blocks, block, k, packed)
+    return out, n
 
 
 #: Whether :func:`recurrent` runs here (the module built with csrc/recurrent.c, and on).
