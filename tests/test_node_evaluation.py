@@ -124,3 +124,19 @@ def test_folding_a_real_pattern_end_to_end():
     ours = onyxrt.InferenceSession(model.SerializeToString()).run(None, {"x": data})[0]
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": data})[0]
     np.testing.assert_array_equal(ours, theirs)
+
+
+def test_runs_under_memory_limits(cpu, monkeypatch):
+    """The nodes run under a run's memory limits, as the session they replace did: an
+    allocation over the limit makes the kernel raise, and the session path takes over."""
+    from onyxrt import limits, node_evaluation
+    from onyxrt_cpu import native
+
+    if not native.AVAILABLE:
+        pytest.skip("the memory guard is part of onyxrt-cpu's compiled build")
+    shape = numpy_helper.from_array(np.array([64, 64], np.int64), "shape")
+    model = _model([helper.make_node("ConstantOfShape", ["shape"], ["out"])], [shape], ["out"])
+    assert run_nodes(model, {}, cpu)[0].shape == (64, 64)
+    monkeypatch.setattr(node_evaluation, "RunLimits", lambda: limits.RunLimits(max_tensor_bytes=1024))
+    assert run_nodes(model, {}, cpu) is None
+    assert _evaluate_constants(model, {}, cpu)[0].shape == (64, 64)  # the session's own limits

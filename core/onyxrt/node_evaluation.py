@@ -24,6 +24,7 @@ from onnx import numpy_helper
 from .dtypes import onnx_elem_type
 from .float_errors import ignore_float_errors, restore_float_errors
 from .kernels import KernelInfo, ValueType
+from .limits import RunLimits, run_limits
 from .protocol import KernelRegistryProvider
 
 __all__ = ["run_nodes"]
@@ -47,11 +48,14 @@ def run_nodes(
     given = {id(v) for v in values.values()}
     quiet = ignore_float_errors()
     try:
-        for node in graph.node:
-            outputs = _run_node(node, values, constants, opsets, provider)
-            if outputs is None:
-                return None
-            values.update(outputs)
+        # under a run's default memory limits, as the session this replaces ran them (a
+        # refused allocation raises in the kernel: None, and the session reports it)
+        with run_limits(RunLimits(), guard_memory=True):
+            for node in graph.node:
+                outputs = _run_node(node, values, constants, opsets, provider)
+                if outputs is None:
+                    return None
+                values.update(outputs)
     finally:
         restore_float_errors(quiet)
     results = []
