@@ -20,9 +20,9 @@ a run. This module writes the same steps out as straight-line code over the slot
 so a step costs its call, one index and one store. A kernel that offers
 :attr:`~onyxrt.kernels.Kernel.single_output` (a ufunc, say) is called through it:
 ``i = 2; vals[7] = g2(vals[6])`` — no tuple, and often no Python frame at all. A
-failure is returned, not raised from here: ``i`` says where it happened — step ``k``'s kernel (``i == k``) or its results
-(``i == ~k``: too few of them) — and the caller raises the errors the generic loop
-raises. Returning leaves no reference cycle through the exception's traceback (a frame
+failure is returned, not raised from here: ``i`` says where it happened — step ``k``'s
+kernel (``i == k``) or its results (``i == ~k``: too few of them) — and the caller
+raises the errors the generic loop raises. Returning leaves no reference cycle through the exception's traceback (a frame
 holding its own exception), which would keep every value of the failed run alive until
 the garbage collector ran (a device arena's blocks included).
 

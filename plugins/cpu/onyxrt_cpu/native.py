@@ -43,6 +43,7 @@ __all__ = [
     "RECURRENT",
     "recurrent",
     "recurrent_panels",
+    "column_panels",
     "quantize8",
     "dequantize8",
     "dequantize4",
@@ -426,14 +427,20 @@ def recurrent_panels(rt: np.ndarray, split: int) -> np.ndarray:
     [0, ``split``) and then [``split``, G), each cut into panels of 64 columns held
     [hidden][64] contiguously (zeros past the last column), so that every 64-column block
     of the step's GEMV reads one contiguous run of weights."""
-    dirs, hidden, g = rt.shape
-    parts = []
-    for c0, c1 in ((0, split), (split, g)):
-        blocks = -(-(c1 - c0) // 64)
-        padded = np.zeros((dirs, hidden, blocks * 64), np.float32)
-        padded[:, :, : c1 - c0] = rt[:, :, c0:c1]
-        parts.append(padded.reshape(dirs, hidden, blocks, 64).transpose(0, 2, 1, 3).reshape(dirs, -1))
-    return np.ascontiguousarray(np.concatenate(parts, axis=1))
+    return np.ascontiguousarray(np.concatenate(
+        [column_panels(rt[:, :, :split]), column_panels(rt[:, :, split:])], axis=1))
+
+
+def column_panels(m: np.ndarray) -> np.ndarray:
+    """``m`` (..., K, N) with its columns cut into panels of 64, each [K][64] floats held
+    contiguously (zeros past column N): (..., ceil(N / 64) * 64 * K) float32, the layout
+    in which the one-row products (csrc/gemv.c) and the recurrences' GEMVs
+    (csrc/recurrent.c) read a 64-column block of weights as one contiguous run."""
+    *lead, k, n = m.shape
+    blocks = -(-n // 64)
+    padded = np.zeros((*lead, k, blocks * 64), np.float32)
+    padded[..., :n] = m
+    return padded.reshape(*lead, k, blocks, 64).swapaxes(-3, -2).reshape(*lead, -1)
 
 
 @dataclass(frozen=True)
@@ -843,11 +850,7 @@ def one_row_product(b: np.ndarray) -> RowProduct | None:
             or b.size > GEMV_MAX_WEIGHTS or b.size == 0):
         return None
     k, n = b.shape
-    blocks = -(-n // 64)
-    padded = np.zeros((k, blocks * 64), np.float32)
-    padded[:, :n] = b
-    panels = np.ascontiguousarray(padded.reshape(k, blocks, 64).transpose(1, 0, 2)).reshape(-1)
-    return RowProduct(panels, k, n, _native.gemv)
+    return RowProduct(column_panels(b), k, n, _native.gemv)
 
 
 def gemm(

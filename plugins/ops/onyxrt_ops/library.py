@@ -212,9 +212,8 @@ class OpLibrary:
 
     def definition(self, op_type: str, since: int, domain: str = "") -> OpDef:
         """The definition of ``op_type`` at version ``since``; KeyError when there is none."""
-        self._need(op_type, domain)
-        for d in self._defs:
-            if d.op_type == op_type and d.domain == domain and since in d.versions:
+        for d in self.op_definitions(op_type, domain):
+            if since in d.versions:
                 return d
         raise KeyError(f"the operator library has no {domain or 'ai.onnx'}::{op_type} version {since}")
 
