@@ -28,6 +28,20 @@ def test_limit_applies_inside_and_restores_after():
         assert _blas_threads() == before
 
 
+def test_limit_restores_after_an_error_and_when_nested():
+    before = _blas_threads()
+    if not before:
+        pytest.skip("numpy is linked to no BLAS that threadpoolctl can see")
+    with pytest.raises(RuntimeError), intra_op_limit(1):
+        raise RuntimeError("a failing run")
+    assert _blas_threads() == before
+    with intra_op_limit(1):
+        with intra_op_limit(2):
+            assert _blas_threads() == [2] * len(before)
+        assert _blas_threads() == [1] * len(before)
+    assert _blas_threads() == before
+
+
 def test_session_runs_under_its_intra_op_limit(monkeypatch):
     seen = []
     import onyxrt.session as session_module

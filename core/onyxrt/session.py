@@ -765,8 +765,11 @@ class InferenceSession:
             self._profiler.session_event("model_run", t0, t1)
             self._profiler.node_events(self._plan, profile.events)
             return outputs
-        if self._run_lock is None and self._intra_op_threads <= 0:  # the common case, kept lean
-            with run_limits(limits, guard_memory=True):
+        if self._run_lock is None:  # the common case, kept lean (no generator context)
+            if self._intra_op_threads <= 0:
+                with run_limits(limits, guard_memory=True):
+                    return self._plan.run(feeds, names, run_options, None, keep_on_device, self._pool, device_feeds)
+            with intra_op_limit(self._intra_op_threads), run_limits(limits, guard_memory=True):
                 return self._plan.run(feeds, names, run_options, None, keep_on_device, self._pool, device_feeds)
         with self._run_context(limits):
             return self._plan.run(feeds, names, run_options, None, keep_on_device, self._pool, device_feeds)

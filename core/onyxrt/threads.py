@@ -4,8 +4,11 @@ onyxrt's kernels parallelise inside the BLAS library numpy links (OpenBLAS, MKL,
 that pool is what onnxruntime's intra-op pool corresponds to (the CPU provider's compiled
 kernels split their work over OpenBLAS's thread count too, on OpenBLAS's threads: see
 onyxrt_cpu.blas_threads). threadpoolctl sets it for the
-duration of each run of a session that asks for a size and restores it afterwards (~8 µs
-per run); 0, the default, leaves the library's own setting (all cores). The pool is
+duration of each run of a session that asks for a size and restores it afterwards: one
+``get_num_threads`` call per library when the size is already the library's (~1 µs), a
+set and a restore when it is not (~3 µs; threadpoolctl's ``limit`` context took 15-25 µs
+a run, which doubled a small model's latency); 0, the default, leaves the library's own
+setting (all cores). The pool is
 process-wide: concurrent runs of sessions asking for different sizes share it, and the
 last one to start wins until it ends.
 
@@ -46,19 +49,45 @@ def global_thread_pool_sizes() -> tuple[int, int] | None:
         return _global_sizes
 
 
-def _blas_controller() -> Any:
-    """threadpoolctl's view of the loaded BLAS libraries (scanned once, on first use)."""
+def _blas_libraries() -> tuple[Any, ...]:
+    """threadpoolctl's controllers of the loaded BLAS libraries (scanned once, on first use)."""
     global _controller
     with _lock:
         if _controller is None:
             from threadpoolctl import ThreadpoolController
 
-            _controller = ThreadpoolController()
+            _controller = tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
         return _controller
+
+
+class _BlasThreadLimit:
+    """One run's BLAS thread count: set on entry where it differs, restored on exit.
+
+    Straight to each library controller's ``get_num_threads``/``set_num_threads`` (which
+    keep threadpoolctl's rule that one Python thread at a time controls OpenBLAS) instead
+    of ``ThreadpoolController.limit``, whose info scan and context stack are the 15-25 µs."""
+
+    __slots__ = ("_threads", "_restore")
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._restore: list[tuple[Any, int]] = []
+
+    def __enter__(self) -> None:
+        for library in _blas_libraries():
+            current = library.get_num_threads()
+            if current is not None and current != self._threads:
+                library.set_num_threads(self._threads)
+                self._restore.append((library, current))
+
+    def __exit__(self, *exc_info: object) -> None:
+        for library, previous in reversed(self._restore):
+            library.set_num_threads(previous)
+        self._restore.clear()
 
 
 def intra_op_limit(threads: int) -> contextlib.AbstractContextManager[Any]:
     """A context limiting the BLAS pool to ``threads`` (no-op for 0)."""
     if threads <= 0:
         return contextlib.nullcontext()
-    return _blas_controller().limit(limits=threads, user_api="blas")
+    return _BlasThreadLimit(threads)
