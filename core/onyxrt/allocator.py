@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import bisect
 import threading
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import InvalidProviderOption, OutOfMemory
+from .records import record
 
 __all__ = [
     "RawMemory",
@@ -74,7 +74,7 @@ class HostMemory:
         return handle[offset : offset + nbytes]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AllocatorStats:
     """A snapshot of an allocator's bookkeeping, in bytes."""
 
@@ -92,7 +92,7 @@ class AllocatorStats:
         return dict(self.__dict__)
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Allocation:
     """A block handed out by an allocator; ``buffer`` is the provider's view of it."""
 

@@ -18,12 +18,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+
+from .records import record
 
 __all__ = ["main"]
 
@@ -74,7 +75,7 @@ def _print_providers() -> None:
         print(f"  (plugin failed) {failure}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Latency:
     """Wall-clock times of timed runs, in milliseconds."""
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
+
+from .records import record
 
 if TYPE_CHECKING:
     from .memory_info import OrtMemoryInfo
@@ -66,7 +68,7 @@ class HardwareType(str):
         return self.upper()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Device:
     """One device a provider drives.
 
@@ -100,7 +102,7 @@ class Device:
         return f"{self.type}:{self.device_id} ({self.vendor}{flag}, memory {self.memory_space})"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EpDevice:
     """A (provider, device) pair, in the spirit of onnxruntime's ``get_ep_devices()``
     (``OrtEpDevice``; ``device`` is onnxruntime's ``OrtHardwareDevice``).

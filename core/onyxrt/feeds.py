@@ -11,7 +11,6 @@ fails with :class:`~onyxrt.errors.InvalidInput` naming the input and the fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,11 +18,12 @@ import numpy as np
 from .dtypes import onnx_elem_type, type_string
 from .errors import InvalidInput
 from .ortvalue import OrtValue
+from .records import record
 
 __all__ = ["InputCheck", "check_feed", "check_shape", "type_name"]
 
 
-@dataclass
+@record
 class InputCheck:
     """What a feed of one input must be: dtype, declared shape, kind of value."""
 

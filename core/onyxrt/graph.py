@@ -11,7 +11,7 @@ import heapq
 import math
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any
 
@@ -21,12 +21,13 @@ from onnx import numpy_helper
 
 from .errors import InvalidGraph, OnyxError
 from .kernels import ValueType, parse_attribute
+from .records import record
 
 __all__ = ["Node", "Graph", "GraphView", "read_initializers", "subgraph_outer_names", "check_structure",
            "node_subgraphs", "SUBGRAPH_OPS", "tensor_array"]
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Node:
     """One node of the graph, in topological position ``index``."""
 
@@ -167,7 +168,7 @@ def read_initializers(
     return initializers
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Graph:
     """A graph ready for partitioning: topologically sorted nodes plus value facts.
 

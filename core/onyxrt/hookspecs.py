@@ -40,12 +40,12 @@ What the core assumes of a plugin (see :mod:`onyxrt.discovery`):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pluggy
 
 from .protocol import PROTOCOL_VERSION
+from .records import record
 
 if TYPE_CHECKING:
     from .protocol import ExecutionProvider
@@ -59,7 +59,7 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProviderSpec:
     """What a plugin declares about one provider.
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from onnx import numpy_helper
 from .dtypes import np_dtype
 from .errors import InvalidGraph
 from .kernel_index import note_definition
+from .records import record
 
 __all__ = [
     "ValueType",
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ValueType:
     """What is known statically about a value: its kind, element type and shape.
 
@@ -161,7 +162,7 @@ def parse_attribute(attr: onnx.AttributeProto) -> Any:
     return onnx.helper.get_attribute_value(attr)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelInfo:
     """Everything a kernel may read about its node when it is built.
 
@@ -265,7 +266,7 @@ class Kernel:
 KernelFactory = Callable[[KernelInfo], Kernel]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelDef:
     """One registered kernel: the op version it implements and its type constraints."""
 

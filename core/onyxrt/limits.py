@@ -37,12 +37,12 @@ import contextvars
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from .errors import InvalidArgument, OutOfMemory, ResourceLimitExceeded, RunTerminated
+from .records import record
 from .session_options import MAX_RUN_BYTES_KEY, MAX_TENSOR_BYTES_KEY
 
 __all__ = [
@@ -87,7 +87,7 @@ DEFAULT_MAX_TENSOR_BYTES = min(_TENSOR_CAP, _MEMORY // 4)
 DEFAULT_MAX_RUN_BYTES = _MEMORY // 2
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunLimits:
     """What bounds the current run: the tensor and run memory limits and the run's
     ``RunOptions``."""

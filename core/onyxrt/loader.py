@@ -13,7 +13,7 @@ import functools
 import os
 import stat
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,12 @@ from .errors import (
     UnknownOperator,
 )
 from .kernels import has_signature
+from .records import record
 
 __all__ = ["LoadedModel", "ParsedModel", "load_model", "read_model_file", "opset_versions"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ParsedModel:
     """A model built in memory by onyxrt itself (constant folding's evaluation), with the
     values of its data-less initializers as arrays: loaded as it is, not copied, and its
@@ -45,7 +46,7 @@ class ParsedModel:
     origin: str
 
 
-@dataclass
+@record
 class LoadedModel:
     """A parsed model, its origin (for messages) and the folder external data lives in."""
 
@@ -436,7 +437,7 @@ def _check_ops(graph: onnx.GraphProto, origin: str, opsets: dict[str, int]) -> N
 _ATTRIBUTE_TYPES = frozenset(onnx.AttributeProto.AttributeType.values())
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _SchemaFacts:
     """What :func:`_check_arity` reads from one operator's schema at one opset."""
 

@@ -30,7 +30,7 @@ import os
 import struct
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -40,6 +40,7 @@ from onnx import TensorProto
 from .dtypes import np_dtype, onnx_elem_type, type_string
 from .errors import AdapterFileNotFound, InvalidAdapter, InvalidArgument
 from .ortvalue import OrtValue
+from .records import record
 
 __all__ = [
     "ADAPTER_FORMAT_VERSION",
@@ -72,7 +73,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AdapterContents:
     """What an adapter file holds: its three versions and its parameters by name, in file
     order (host arrays)."""
@@ -320,7 +321,7 @@ class _Reader:
         return pos + 4, count
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Table:
     reader: _Reader
     pos: int

@@ -15,10 +15,10 @@ import difflib
 import enum
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidArgument
+from .records import record
 
 __all__ = [
     "ArenaExtendStrategy",
@@ -356,7 +356,7 @@ def _arena_int(key: str, value: Any) -> int:
         raise InvalidArgument(f"OrtArenaCfg option {key!r} must be an integer, got {value!r}") from None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RegisteredAllocator:
     """One ``create_and_register_allocator(_v2)`` call: where, for which provider, how."""
 

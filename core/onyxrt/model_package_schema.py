@@ -42,7 +42,7 @@ import secrets
 import shutil
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import PurePath
 from typing import Any
 
@@ -53,6 +53,7 @@ from .errors import (
     PackageIOError,
     PackageStateError,
 )
+from .records import record
 
 __all__ = [
     "PathRules",
@@ -202,7 +203,7 @@ def check_unknown_fields(
 
 
 # -- paths ----------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record(frozen=True)
 class PathRules:
     """How paths of a package resolve: ``allow_external_paths`` lets absolute paths,
     ``..`` segments and targets outside the root through (open option, or the
@@ -393,7 +394,7 @@ def parse_schema_version(value: Any) -> tuple[int, int]:
     return major, minor
 
 
-@dataclass
+@record
 class VariantRecord:
     """One variant: its JSON ``body`` (the very object inside its component's body) and
     its folder on disk when that exists."""
@@ -409,7 +410,7 @@ class VariantRecord:
         return value if isinstance(value, str) else None
 
 
-@dataclass
+@record
 class ComponentRecord:
     """One component: its JSON ``body``, the folder its variant paths are relative to,
     the file it lives in when external, and its variants in declaration order."""

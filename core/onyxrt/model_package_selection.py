@@ -21,7 +21,6 @@ import copy
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .discovery import CPU_PROVIDER, catalog
@@ -38,6 +37,7 @@ from .model_package_schema import (
     parse_json,
 )
 from .provider_selection import configured_providers
+from .records import record
 from .session_options import (
     STRICT_PROVIDERS_KEY,
     SessionOptions,
@@ -59,7 +59,7 @@ _FORBIDDEN_SESSION_KEYS = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _ProviderChoice:
     """A provider variants are chosen for: its options and the devices it would use."""
 
@@ -123,7 +123,7 @@ class ModelPackageOptions:
         return f"<ModelPackageOptions providers={[p.name for p in self._providers]}>"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _RunnableVariant:
     """What the ``"ort"`` executor_info of a variant says, paths resolved."""
 

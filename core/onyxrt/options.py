@@ -18,10 +18,10 @@ from __future__ import annotations
 import difflib
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidProviderOption
+from .records import record
 
 __all__ = ["Option", "OptionSchema", "ProviderOptionWarning", "parse_bool", "parse_size"]
 
@@ -69,7 +69,7 @@ def parse_size(value: Any) -> int:
         raise ValueError(hint) from None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Option:
     """One option a provider accepts.
 

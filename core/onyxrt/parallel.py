@@ -13,15 +13,15 @@ import contextvars
 import threading
 from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import OnyxError
+from .records import record
 
 __all__ = ["StepGraph", "run_parallel"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepGraph:
     """Dependencies between a plan's steps, computed once per plan."""
 

@@ -12,20 +12,21 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from .discovery import provider_label
 from .errors import NotImplementedOp, PartitionError, ProviderError
 from .graph import Graph, Node
 from .placement import RefusalRecord
 from .protocol import Capability, ExecutionProvider, FusedClaim, FusedSubgraph, NodeClaim
+from .records import record
 
 __all__ = ["Unit", "Partition", "Partitioner"]
 
 logger = logging.getLogger("onyxrt.partitioner")
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Unit:
     """What the plan schedules: one node, or one fused group, on one provider."""
 
@@ -42,7 +43,7 @@ class Unit:
         return (self.node,)
 
 
-@dataclass
+@record
 class Partition:
     """The partitioner's result: units in execution order plus what was refused."""
 

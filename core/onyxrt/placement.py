@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
+
+from .records import record
 
 __all__ = [
     "NodePlacement",
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodePlacement:
     """One node and the provider that runs it (``group`` names its fused group, if any)."""
 
@@ -37,7 +39,7 @@ class NodePlacement:
     group: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FusedGroupRecord:
     """A fused subgraph compiled by a provider into one kernel."""
 
@@ -48,7 +50,7 @@ class FusedGroupRecord:
     outputs: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CopyRecord:
     """A value moved between memory spaces.
 
@@ -66,7 +68,7 @@ class CopyRecord:
     per_run: bool = True
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RefusalRecord:
     """A node a provider declined, with its reason and category."""
 
@@ -77,7 +79,7 @@ class RefusalRecord:
     category: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FallbackRecord:
     """A provider the user asked for that the session could not use."""
 
@@ -86,7 +88,7 @@ class FallbackRecord:
     fix: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PlacementReport:
     """Where a session's nodes run and what moves between devices.
 
@@ -213,7 +215,7 @@ class PlacementReport:
         return "\n".join(self.summary_lines())
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OrtEpAssignedNode:
     """A node in onnxruntime's graph-assignment report: name, domain, operator."""
 
@@ -222,7 +224,7 @@ class OrtEpAssignedNode:
     op_type: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OrtEpAssignedSubgraph:
     """Nodes one provider runs as one unit (a fused group, or a single kernel), as
     ``InferenceSession.get_provider_graph_assignment_info()`` reports them."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 import html
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .placement import CopyRecord, NodePlacement, PlacementReport
+from .records import record
 
 __all__ = [
     "GraphNodeLike",
@@ -94,7 +94,7 @@ class GraphLike(Protocol):
     def outputs(self) -> Sequence[str]: ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Box:
     """One drawn unit: a node, a collapsed chain of nodes, or a graph input or output.
 
@@ -114,7 +114,7 @@ class Box:
     h: float
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Edge:
     """Data flowing from one box to another: the values, the copies on the way, and the
     polyline it is drawn along (through lanes in the layers it crosses)."""
@@ -126,7 +126,7 @@ class Edge:
     points: tuple[tuple[float, float], ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Layout:
     """Boxes and edges with coordinates; ``width``/``height`` bound the drawing."""
 

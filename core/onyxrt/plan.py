@@ -15,7 +15,7 @@ import operator
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ from .parallel import StepGraph, run_parallel
 from .partitioner import Partition, Partitioner
 from .placement import CopyRecord, FusedGroupRecord, NodePlacement, PlacementReport
 from .protocol import DataTransfer, ExecutionProvider
+from .records import record
 from .straight_line import Failure, straight_line_runner
 
 __all__ = ["Step", "ExecutionPlan", "PlanSubgraphRunner", "build_plan", "call_provider_hook"]
@@ -55,7 +56,7 @@ logger = logging.getLogger("onyxrt.plan")
 _NONE_SLOT = 0
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Step:
     """One scheduled call: a node's kernel, a fused group's kernel, or a copy."""
 
@@ -71,7 +72,7 @@ class Step:
     node_index: int = -1
 
 
-@dataclass
+@record
 class _Profile:
     """Per-step timing collected when profiling is on (consumed by the profiler)."""
 
@@ -535,7 +536,7 @@ class PlanSubgraphRunner(SubgraphRunner):
         return self.plan.run(feeds, self.output_names, current_limits().run_options)
 
 
-@dataclass
+@record
 class PlanContext:
     """What building plans (the main graph and control-flow bodies) shares."""
 

@@ -15,13 +15,13 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from .dtypes import onnx_elem_type, type_string
+from .records import record
 
 __all__ = ["Profiler", "ProfileSummary"]
 
@@ -57,7 +57,7 @@ def _nbytes(described: Sequence[Described]) -> int:
     return sum(int(np.prod(d[0], dtype=np.int64)) * d[1].itemsize for d in described if d is not None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProfileSummary:
     """Where the time of the profiled runs went (microseconds, summed over runs).
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -32,6 +32,7 @@ from .graph import Graph, GraphView, Node
 from .graph_replay import GraphCapture
 from .kernels import Kernel, KernelInfo, KernelRegistry
 from .options import OptionSchema
+from .records import record
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -54,7 +55,7 @@ PROTOCOL_VERSION = 1
 SUPPORTED_PROTOCOL_VERSIONS = frozenset({1})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeResult:
     """Whether a provider can run here, and if not exactly why and how to fix it.
 
@@ -72,14 +73,14 @@ class ProbeResult:
         return self.reason + (f" (fix: {self.fix})" if self.fix else "")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeClaim:
     """A claim on one node, run by the provider's kernel for it."""
 
     node: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FusedClaim:
     """A claim on a connected group of nodes, compiled into one kernel.
 
@@ -94,7 +95,7 @@ class FusedClaim:
             raise ValueError("a FusedClaim needs at least one node")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Refusal:
     """A node the provider will not run, and why (shown in the placement report).
 
@@ -107,7 +108,7 @@ class Refusal:
     category: str = "other"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Capability:
     """A provider's answer to :meth:`ExecutionProvider.get_capability`."""
 
@@ -115,7 +116,7 @@ class Capability:
     refusals: Sequence[Refusal] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FusedSubgraph:
     """A fused group accepted by the partitioner, handed to ``compile``.
 

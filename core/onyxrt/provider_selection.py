@@ -15,11 +15,12 @@ Sessions (:class:`~onyxrt.InferenceSession`) and model packages (variant selecti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from .discovery import CPU_PROVIDER, catalog
 from .errors import InvalidArgument
+from .records import record
 from .session_options import OrtExecutionProviderDevicePolicy, policy_device_order
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["ConfiguredProvider", "configured_providers"]
 
 
-@dataclass
+@record
 class ConfiguredProvider:
     """A provider the options configure: its options, and the ``OrtEpDevice`` objects it
     was chosen through (empty when chosen by name or policy)."""

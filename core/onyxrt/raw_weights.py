@@ -22,13 +22,13 @@ import math
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
 
 from .graph import RAW_DTYPES
+from .records import record
 
 __all__ = ["RawWeight", "split_raw_weights", "weight_views"]
 
@@ -44,7 +44,7 @@ _TENSOR_DATA_LOCATION = 14
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RawWeight:
     """Where the bytes of the ``index``-th top-level initializer lie in the serialized model."""
 

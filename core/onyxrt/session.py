@@ -21,7 +21,6 @@ import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,6 +76,7 @@ from .plan import ExecutionPlan, PlanContext, _Profile, build_plan, call_provide
 from .profiling import Profiler, ProfileSummary
 from .protocol import ExecutionProvider, KernelRegistryProvider
 from .provider_selection import configured_providers
+from .records import record
 from .session_options import (
     DISABLE_CPU_FALLBACK_KEY,
     EXTERNAL_DATA_FOLDER_KEY,
@@ -118,7 +118,7 @@ class PlacementWarning(UserWarning):
     """The placement has more partitions or copies than the session config allows."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeArg:
     """A graph input or output: name, shape (ints, strings for symbolic dims, None for
     unknown) and type string such as ``'tensor(float)'``."""
@@ -131,7 +131,7 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelMetadata:
     """The model's metadata (``get_modelmeta()``)."""
 

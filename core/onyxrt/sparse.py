@@ -33,7 +33,6 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,6 +47,7 @@ from .errors import (
 from .limits import check_allocation
 from .memory_info import OrtDevice
 from .ortvalue import OrtValue, SparseValue
+from .records import record
 from .sparse_coo import (
     _first_outside,
     canonical_coo,
@@ -88,7 +88,7 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Buffer:
     """One array of a sparse tensor: a host array, or a copy on a device (an ``OrtValue``)
     with the shape and dtype it was copied with."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from .errors import InvalidGraph
 from .kernels import KernelInfo
+from .records import record
 
 __all__ = ["AUTO_PADS", "SpatialAttrs", "Window", "read_spatial_attrs", "window", "prod"]
 
@@ -25,7 +25,7 @@ def _bad(info: KernelInfo, message: str) -> InvalidGraph:
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SpatialAttrs:
     """The parsed window attributes of a conv or pool node (``None``: not set)."""
 
@@ -88,7 +88,7 @@ def read_spatial_attrs(info: KernelInfo, *, need_kernel: bool = False) -> Spatia
     return SpatialAttrs(kernel, strides, dilations, pads, auto_pad)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Window:
     """Where a sliding window runs over a padded input.
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .graph import tensor_array
+from .records import record
 
 __all__ = ["Expr", "propagate", "forget_invented"]
 
@@ -39,7 +39,7 @@ _MAX_TRACKED = 64
 _INT_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expr:
     """A polynomial with integer coefficients over dimension symbols: monomial (a sorted
     tuple of symbols) → coefficient. ``Expr.of(3)``, ``Expr.of("seq")``."""

@@ -8,12 +8,13 @@ from __future__ import annotations
 import ctypes
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from ..devices import Device, EpDevice
 from ..discovery import catalog
 from ..errors import InvalidArgument
+from ..records import record
 
 if TYPE_CHECKING:
     import onnx
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelDefInfo:
     """One registered kernel, as ``onnxruntime.capi`` describes it (``get_all_opkernel_def``)."""
 

@@ -62,7 +62,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,7 @@ import numpy as np
 
 from ..dtypes import elem_type_from_string, np_dtype
 from ..errors import InvalidArgument, InvalidInput, OnyxError, RunTerminated
+from ..records import record
 from ..session import InferenceSession
 from ..session_options import SessionOptions
 
@@ -176,7 +177,7 @@ def _compact_ids(values: Sequence[Any], limit: int = 10) -> str:
 # --------------------------------------------------------------------------- worker stats
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WorkerStats:
     """What one worker (one actor, one session) did during a job.
 
@@ -295,7 +296,7 @@ def _names_map(spec: Mapping[str, str] | Sequence[str] | None, names: list[str],
     return mapping
 
 
-@dataclass
+@record
 class _InputSpec:
     name: str
     column: str
@@ -626,7 +627,7 @@ class OnyxPredictor:
 # --------------------------------------------------------------------------- the job
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class InferenceResult:
     """A finished :func:`run_inference` job: the scored rows (materialized in the object
     store) and what it took."""

@@ -33,10 +33,10 @@ can run them (:class:`PassContext`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Set
-from dataclasses import dataclass
 
 import onnx
 
+from ..records import record
 from ..session_options import GraphOptimizationLevel
 from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fold_constant_nodes
 from .constant_folding import fold_constants
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pass:
     """One optimization: its name (for logs and tests), level, and function."""
 

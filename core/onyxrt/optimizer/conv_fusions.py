@@ -161,7 +161,7 @@ def fuse_gemm_activation(model: onnx.ModelProto, ctx: PassContext) -> onnx.Model
     activation applied in place on the product. An MLP layer's Relu, on a [1, 256] row, cost
     as much dispatch as the product's own Python steps. Float Gemms only, where every
     provider of the session has FusedGemm."""
-    if not ctx.can_run(FUSED_DOMAIN, "FusedGemm") or not has_op(model.graph, "Gemm"):
+    if not has_op(model.graph, "Gemm") or not ctx.can_run(FUSED_DOMAIN, "FusedGemm"):
         return model
     rw = Rewrite(model, ctx.arrays)
     for gemm in model.graph.node:
@@ -189,7 +189,7 @@ def fuse_conv_activation(model: onnx.ModelProto, ctx: PassContext) -> onnx.Model
     when Z is present. Only float convolutions fuse, and only when every provider in the
     session has a FusedConv kernel.
     """
-    if not ctx.can_run(FUSED_DOMAIN, "FusedConv") or not has_op(model.graph, "Conv"):
+    if not has_op(model.graph, "Conv") or not ctx.can_run(FUSED_DOMAIN, "FusedConv"):
         return model
     rw = Rewrite(model, ctx.arrays)
     for conv in model.graph.node:

@@ -12,11 +12,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidGraph
 from ..kernels import KernelInfo
+from ..records import record
 
 __all__ = ["activation", "conv_epilogue", "InPlaceActivation", "MatMulAttributes"]
 
@@ -110,7 +110,7 @@ def conv_epilogue(info: KernelInfo) -> Callable[[Any, Any, Any], None]:
     return epilogue
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MatMulAttributes:
     """FusedMatMul's attributes: ``Y = alpha * A' @ B' + bias``, where A'/B' swap their
     last two axes when ``trans_a``/``trans_b``."""

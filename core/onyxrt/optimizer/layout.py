@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import onnx
 from onnx import helper
 
-from .rewrite import DEFAULT_DOMAINS, Rewrite
+from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
 from .support import FUSED_DOMAIN, FUSED_DOMAIN_VERSION, PassContext
 
 __all__ = ["convert_to_nchwc", "NCHWC_BLOCK"]
@@ -106,7 +106,9 @@ def _same_shape(rw: Rewrite, names: Sequence[str]) -> bool:
 
 def convert_to_nchwc(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
     """Rewrite the convertible convolutions (see the module docstring) to NCHWc."""
-    if not all(ctx.can_run(FUSED_DOMAIN, op) for op in _REQUIRED):
+    if not (has_op(model.graph, "Conv") or has_op(model.graph, "FusedConv", domains=(FUSED_DOMAIN,))) or not all(
+        ctx.can_run(FUSED_DOMAIN, op) for op in _REQUIRED
+    ):
         return model
     blocked_pools = {op: f"Nchwc{op}" for op in ("GlobalAveragePool", "MaxPool")
                      if ctx.can_run(FUSED_DOMAIN, f"Nchwc{op}")}

@@ -16,10 +16,12 @@ its graph, and fills the bytes in only to save ``optimized_model_filepath``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import onnx
+
+from ..records import record
 
 __all__ = ["FUSED_DOMAIN", "FUSED_DOMAIN_VERSION", "Evaluate", "PassContext"]
 
@@ -36,7 +38,7 @@ def _everyone(domain: str, op_type: str) -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PassContext:
     """The session's answers for the passes.
 

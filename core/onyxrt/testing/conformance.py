@@ -15,10 +15,11 @@ import collections
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from onnx.backend.test.case.test_case import TestCase
+
+from ..records import record
 
 __all__ = [
     "node_cases", "model_cases", "wheel_model_dirs", "check_model_dir", "check_case",
@@ -126,7 +127,7 @@ def as_value(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CaseResult:
     """The outcome of one case."""
 

@@ -60,7 +60,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..records import record
 from ..shape_inference import infer_shapes, may_abort
 
 __all__ = [
@@ -103,7 +104,7 @@ _ATOL = 1e-4
 # ----------------------------------------------------------------------------- cases
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FuzzCase:
     """One case: everything about it follows from these three fields."""
 
@@ -119,7 +120,7 @@ class FuzzCase:
         return f"FuzzCase({self.kind!r}, seed={self.seed}, index={self.index})"
 
 
-@dataclass
+@record
 class CaseResult:
     """What happened to one case."""
 
@@ -139,7 +140,7 @@ class CaseResult:
         return self.outcome in BUGS
 
 
-@dataclass
+@record
 class PreparedCase:
     """A case made concrete: the model (bytes, or a path inside ``folder``), feeds,
     requested outputs, and whether to compare with onnxruntime."""
@@ -1377,7 +1378,7 @@ def campaign_cases(n: int, seed: int, kinds: Sequence[str] = KINDS,
         yield FuzzCase(rng.choices(list(kinds), weights=weights)[0], seed, i)
 
 
-@dataclass
+@record
 class CampaignReport:
     """Counts per kind and outcome, and every result that is a bug or a mismatch."""
 

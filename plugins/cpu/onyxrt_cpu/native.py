@@ -22,10 +22,11 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from onyxrt.records import record
 
 __all__ = [
     "AVAILABLE",
@@ -443,7 +444,7 @@ def column_panels(m: np.ndarray) -> np.ndarray:
     return padded.reshape(*lead, k, blocks, 64).swapaxes(-3, -2).reshape(*lead, -1)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PackedInt8:
     """An int8 (K, N) right operand packed for :func:`qgemm_u8s8` (csrc/qgemm.c's layout),
     with its column sums (for the zero points' terms)."""
@@ -745,7 +746,7 @@ def threads() -> tuple[int, int]:
     return int(pool_size), int(split)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PackedMatrix:
     """A GEMM operand laid out once for the compiled kernel (csrc/gemm.c): the rows of an
     A (``side == "a"``, shape (M, K)) or the columns of a B (``"b"``, shape (K, N))."""
@@ -823,7 +824,7 @@ def compiled_gemm_wins(m: int, k: int, n: int) -> bool:
 GEMV_MAX_WEIGHTS = 1 << 18
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RowProduct:
     """``y = act(a @ B + bias)`` for one float32 row ``a`` and a constant ``B`` (K, N), whose
     columns are held in panels of 64 (``panels``: [K][64] floats each, zero past column N;

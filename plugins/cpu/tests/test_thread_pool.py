@@ -51,6 +51,15 @@ def pool():
     return state
 
 
+def test_openblas_found_from_the_memory_map_as_threadpoolctl_finds_it():
+    """The memory-map scan (Linux) names the libraries threadpoolctl reports, with their
+    versions; elsewhere it is threadpoolctl's record itself."""
+    expected = sorted((os.path.realpath(i["filepath"]), i.get("version")) for i in threadpool_info()
+                      if i.get("internal_api") == "openblas" and i.get("threading_layer") == "pthreads")
+    found = sorted((os.path.realpath(path), version) for path, version in blas_threads._openblas_libraries())
+    assert found == expected
+
+
 def test_provider_installs_the_pool_and_reports_it(pool):
     onyxrt.InferenceSession(_tiny_model(), providers=["CPUExecutionProvider"])
     assert blas_threads.pool_state() == pool

@@ -21,10 +21,12 @@ CuPy, torch through ``array_api_compat``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
+
+from onyxrt.records import record
 
 __all__ = ["Backend", "numpy_backend", "namespace_backend", "to_host", "STANDARD_DTYPES"]
 
@@ -58,7 +60,7 @@ def to_host(value: Any) -> np.ndarray:
         return np.asarray(array_api_compat.to_device(value, "cpu"))
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Backend:
     """An array namespace and what it can do (see the module docstring)."""
 

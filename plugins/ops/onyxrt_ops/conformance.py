@@ -19,12 +19,12 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from onyxrt.kernels import KernelInfo, ValueType, schema_since_version
+from onyxrt.records import record
 
 from .backend import Backend, namespace_backend, numpy_backend, to_host
 from .library import OpLibrary, library
@@ -40,7 +40,7 @@ NOT_COMPARABLE = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CaseOutcome:
     """One node case on one backend: ``passed``, ``failed``, ``not_expressible`` (a dtype
     the backend cannot hold, or a function beyond the standard it lacks), ``not_offered``

@@ -31,7 +31,6 @@ bound kernel (:meth:`OpLibrary.kernel`) and defers to it for the rest::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,6 +45,7 @@ from onyxrt.kernels import (
     declare_signature,
     find_schema,
 )
+from onyxrt.records import record
 
 from .backend import Backend, to_host
 
@@ -119,7 +119,7 @@ class OpKernel(Kernel):
         return y if y.dtype == like.dtype else self.xp.astype(y, like.dtype)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OpDef:
     """One operator of the library: what :meth:`OpLibrary.bind` registers."""
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ from onyxrt.dtypes import ALL_TENSOR_TYPES
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
 from onyxrt.limits import check_allocation, output_of
+from onyxrt.records import record
 
 from .library import OpKernel, library
 
@@ -52,7 +52,7 @@ _DENSE_PER_TAP = 64
 _DENSE_MAX = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _AxisTable:
     """How one axis is resampled (host arrays): ``idx`` (out,) for nearest or (out, taps)
     with weights ``w``; ``outside`` marks tf_crop_and_resize's extrapolated positions;
@@ -64,7 +64,7 @@ class _AxisTable:
     dense: np.ndarray | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Steps:
     """A plan's tables as backend arrays, in application order: per axis ``(axis, dense,
     [(index, weight)...])`` (nearest: one index, no weight; ``dense``: the (out, in) matrix
@@ -74,7 +74,7 @@ class _Steps:
     outside: Any
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Plan:
     out_shape: tuple[int, ...]
     axes: tuple[tuple[int, _AxisTable], ...]  # only axes that actually change

@@ -20,13 +20,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from onyxrt.graph import Graph, Node
 from onyxrt.protocol import Capability, FusedClaim, Refusal
+from onyxrt.records import record
 
 from .ops import NPU_OPS, storage_dtype
 
@@ -37,7 +38,7 @@ __all__ = ["plan_capability", "ACTIVATION_RESERVE_FACTOR"]
 ACTIVATION_RESERVE_FACTOR = 3
 
 
-@dataclass
+@record
 class _Group:
     index: int
     nodes: list[Node] = field(default_factory=list)

@@ -57,7 +57,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,6 +64,7 @@ from onnx import helper
 
 from onyxrt.graph import Graph, Node
 from onyxrt.kernels import KernelInfo, schema_since_version
+from onyxrt.records import record
 from onyxrt_ops import library, numpy_backend
 
 __all__ = [
@@ -165,7 +165,7 @@ def _constant(graph: Graph, name: str) -> np.ndarray | None:
     return value if value.size else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Param:
     """A non-data input of an op: it must be a constant initializer of one of ``dtypes``.
 

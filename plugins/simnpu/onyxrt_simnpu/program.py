@@ -33,10 +33,12 @@ import json
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 import numpy as np
+
+from onyxrt.records import record
 
 from .ops import NPU_OPS, check_precision, storage_dtype
 
@@ -58,7 +60,7 @@ class CorruptProgram(ValueError):
     program at all; or a program's schedule is malformed."""
 
 
-@dataclass
+@record
 class Instruction:
     """One op of the schedule.
 
@@ -76,7 +78,7 @@ class Instruction:
     bytes: int
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Program:
     """A compiled fused group: a schedule of instructions over device buffers.
 

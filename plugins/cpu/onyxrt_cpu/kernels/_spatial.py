@@ -15,11 +15,11 @@ import functools
 import itertools
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from onyxrt.records import record
 from onyxrt.spatial import Window, prod, read_spatial_attrs, window
 
 __all__ = [
@@ -61,7 +61,7 @@ def compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 BLOCK_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FlatPlan:
     """A layout of a padded input in which every kernel tap is one contiguous slice.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -30,11 +31,17 @@ def _erf_over_x_series(z: np.ndarray) -> np.ndarray:
     return acc
 
 
-_ERF_POLY = np.polynomial.chebyshev.cheb2poly(
-    np.polynomial.chebyshev.chebinterpolate(
-        lambda t: _erf_over_x_series((t + 1.0) * (_ERF_Z / 2.0)), 18
-    )
-)
+@functools.cache
+def _erf_poly() -> np.ndarray:
+    """The coefficients of ``erf``'s small-|x| polynomial, built on first use (numpy.polynomial
+    and the interpolation are ~6 ms of an import that most sessions never need)."""
+    from numpy.polynomial import chebyshev
+
+    return np.asarray(chebyshev.cheb2poly(
+        chebyshev.chebinterpolate(lambda t: _erf_over_x_series((t + 1.0) * (_ERF_Z / 2.0)), 18)
+    ))
+
+
 # Depth of the erfc continued fraction, enough for float64 precision when x >= 2.5.
 _ERFC_CF_DEPTH = 22
 # erf(x) == 1.0 in float64 beyond this.
@@ -44,7 +51,7 @@ _ERF_ONE = 6.0
 def erf(x: Any) -> np.ndarray:
     """The error function, elementwise, in float64 (max abs error about 1e-14).
 
-    |x| <= 2.5 uses a polynomial in x^2 (see ``_ERF_POLY``); larger |x| uses the
+    |x| <= 2.5 uses a polynomial in x^2 (see ``_erf_poly``); larger |x| uses the
     continued fraction erfc(x) = exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))),
     evaluated bottom-up to a fixed depth. NaN stays NaN, +-inf gives +-1.
     """
@@ -57,8 +64,9 @@ def erf(x: Any) -> np.ndarray:
     t = xs * xs
     t *= 2.0 / _ERF_Z
     t -= 1.0
-    acc = np.full_like(xs, _ERF_POLY[-1])
-    for c in _ERF_POLY[-2::-1]:
+    poly = _erf_poly()
+    acc = np.full_like(xs, poly[-1])
+    for c in poly[-2::-1]:
         acc *= t
         acc += c
     acc *= xs
@@ -90,17 +98,18 @@ _ERF32_CLAMP = np.float32(3.92)
 _ERF32_Z = float(_ERF32_CLAMP) ** 2
 
 
-def _erf32_coefficients(degree: int) -> np.ndarray:
+@functools.cache
+def _erf32_poly(degree: int = 18) -> np.ndarray:
+    """The coefficients of ``erf_float32``'s polynomial, built on first use."""
+    from numpy.polynomial import chebyshev
+
     def erf_over_x(t: np.ndarray) -> np.ndarray:
         z = np.maximum((t + 1.0) * (_ERF32_Z / 2.0), 1e-300)
         r = np.sqrt(z)
         return erf(r) / r
 
-    cheb = np.polynomial.chebyshev.chebinterpolate(erf_over_x, degree)
-    return np.polynomial.chebyshev.cheb2poly(cheb).astype(np.float32)
-
-
-_ERF32_POLY = _erf32_coefficients(18)
+    cheb = chebyshev.chebinterpolate(erf_over_x, degree)
+    return np.asarray(chebyshev.cheb2poly(cheb)).astype(np.float32)
 
 
 def erf_float32(x: np.ndarray) -> np.ndarray:
@@ -110,8 +119,9 @@ def erf_float32(x: np.ndarray) -> np.ndarray:
     t = a * a
     t *= np.float32(2.0 / _ERF32_Z)
     t -= np.float32(1.0)
-    acc = np.full_like(t, _ERF32_POLY[-1])
-    for c in _ERF32_POLY[-2::-1]:
+    poly = _erf32_poly()
+    acc = np.full_like(t, poly[-1])
+    for c in poly[-2::-1]:
         acc *= t
         acc += c
     acc *= a
@@ -122,7 +132,7 @@ def gelu_float32_native(x: np.ndarray) -> np.ndarray | None:
     """GELU of a float32 array with :func:`erf_float32`'s polynomial in one compiled pass
     (``onyxrt_cpu.native``); ``None`` when the extension is off or ``x`` does not qualify."""
     return native.gelu_erf(
-        x, _ERF32_POLY, float(_ERF32_CLAMP), float(np.float32(2.0 / _ERF32_Z)), _SQRT_HALF
+        x, _erf32_poly(), float(_ERF32_CLAMP), float(np.float32(2.0 / _ERF32_Z)), _SQRT_HALF
     )
 
 

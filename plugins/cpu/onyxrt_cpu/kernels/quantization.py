@@ -24,13 +24,13 @@ only [1,64,28,28] * [64,64,3,3] was faster from the library, 3.5 -> 2.8 ms).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from onyxrt.kernels import KernelInfo
+from onyxrt.records import record
 from onyxrt_ops import library
 from onyxrt_ops.quantization import expand
 
@@ -295,7 +295,7 @@ _BYTE_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 _MAX_PREPARED_SHAPES = 16
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IntegerFilter:
     """QLinearConv's constant 8-bit weights prepared once for :func:`native.qconv`: the
     GEMM's left operand (uint8 ``a``: int8 weights + 128, so its zero points move alike)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import importlib
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.records import record
 from onyxrt_ops import Backend
 
 from ..cupy_loader import cupy_module
@@ -237,7 +238,7 @@ def _bitcast(x: Any, dtype: np.dtype[Any]) -> Any:
     return x.view(dtype)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class CupyBackend(Backend):
     """The operator library's backend on the GPU: CuPy, whose ``xp`` is resolved when it is
     read, so a library kernel, which reads it once when built, keeps the CuPy current at

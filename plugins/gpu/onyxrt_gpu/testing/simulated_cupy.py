@@ -78,7 +78,6 @@ import bisect
 import collections
 import contextlib
 import ctypes
-import dataclasses
 import functools
 import math
 import sys
@@ -90,6 +89,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
+
+from onyxrt.records import record
 
 __all__ = ["SimulatedCupy", "GemmCall", "install", "simulated", "MODULE_NAMES", "SIMULATED_CLASSES"]
 
@@ -1981,7 +1982,7 @@ def fuse(*args: Any, **kwargs: Any) -> Any:
 # ======================================================================================
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class GemmCall:
     """One GEMM the simulated device ran (test-only, in :attr:`SimulatedCupy.gemm_calls`).
 
