@@ -3,7 +3,9 @@ frozenness and dataclass machinery, on the class shapes the code base uses."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from dataclasses import field
 from typing import Any, ClassVar
 
@@ -108,3 +110,63 @@ def test_subclass_instances_are_not_equal_to_the_base():
     assert Base(1) != Derived(1)
     assert Derived(1, 2) == Derived(1, 2)
     assert repr(Derived(1, 2)).endswith("Derived(a=1, b=2)")
+
+
+def test_frozen_records_refuse_what_frozen_dataclasses_refuse():
+    std, rec = _pair({"frozen": True})
+    for obj in (std(1), rec(1)):
+        for action in (lambda o: setattr(o, "x", 2), lambda o: setattr(o, "new", 1),
+                       lambda o: delattr(o, "x"), lambda o: delattr(o, "y")):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                action(obj)
+        assert obj.x == 1
+
+    class Plain(rec):  # a plain subclass may add attributes of its own, not touch fields
+        pass
+
+    sub = Plain(1)
+    sub.extra = 3
+    assert sub.extra == 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sub.x = 2
+
+
+def test_frozen_record_subclass_and_post_init():
+    @record(frozen=True)
+    class Base:
+        a: int
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "doubled", self.a * 2)
+
+    @record(frozen=True)
+    class Derived(Base):
+        b: int = 0
+
+    d = Derived(2, 3)
+    assert (d.a, d.b, d.doubled) == (2, 3, 4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.a = 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.b = 5
+    assert hash(d) == hash(Derived(2, 3))
+    assert copy.copy(d) == d
+    assert pickle.loads(pickle.dumps(Pickled(1, [2]))) == Pickled(1, [2])
+
+
+@record(frozen=True)
+class Pickled:
+    """Module level, so that pickle finds it."""
+
+    a: int
+    b: list[int]
+
+
+def test_frozen_record_may_not_define_setattr():
+    with pytest.raises(TypeError):
+        @record(frozen=True)
+        class Bad:
+            a: int
+
+            def __setattr__(self, name: str, value: Any) -> None:
+                pass

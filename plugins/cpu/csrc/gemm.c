@@ -68,14 +68,16 @@ finish16(v16 v, const GemmFinish *f, int i, int half)
  * that the fused multiply-adds' latency does not bound the loop (one row has only two
  * dependency chains otherwise). `rows` and `phases` are constants in each use. */
 static inline __attribute__((always_inline)) void
-tile_rows(const int rows, const int phases, const float *restrict pa, const float *restrict pb,
-          idx kc, float *restrict c, idx ldc, int accumulate, const GemmFinish *finish)
+tile_rows(const int rows, const int phases, const int halves, const float *restrict pa,
+          const float *restrict pb, idx kc, float *restrict c, idx ldc, int accumulate,
+          const GemmFinish *finish)
 {
     v16 acc[4][GEMM_MR][2];
     for (int p = 0; p < phases; p++) {
         for (int i = 0; i < rows; i++) {
-            acc[p][i][0] = (v16){0};
-            acc[p][i][1] = (v16){0};
+            for (int h = 0; h < halves; h++) {
+                acc[p][i][h] = (v16){0};
+            }
         }
     }
     idx k = 0;
@@ -83,44 +85,47 @@ tile_rows(const int rows, const int phases, const float *restrict pa, const floa
 #pragma GCC unroll 4
         for (int p = 0; p < phases; p++) {
             const v16 b0 = *(const v16 *)(pb + (k + p) * GEMM_NR);
-            const v16 b1 = *(const v16 *)(pb + (k + p) * GEMM_NR + 16);
+            const v16 b1 = halves == 2 ? *(const v16 *)(pb + (k + p) * GEMM_NR + 16) : b0;
             const float *a = pa + (k + p) * GEMM_MR;
 #pragma GCC unroll 8
             for (int i = 0; i < rows; i++) {
                 acc[p][i][0] += a[i] * b0;
-                acc[p][i][1] += a[i] * b1;
+                if (halves == 2) {
+                    acc[p][i][1] += a[i] * b1;
+                }
             }
         }
     }
     for (; k < kc; k++) {
         const v16 b0 = *(const v16 *)(pb + k * GEMM_NR);
-        const v16 b1 = *(const v16 *)(pb + k * GEMM_NR + 16);
+        const v16 b1 = halves == 2 ? *(const v16 *)(pb + k * GEMM_NR + 16) : b0;
         const float *a = pa + k * GEMM_MR;
 #pragma GCC unroll 8
         for (int i = 0; i < rows; i++) {
             acc[0][i][0] += a[i] * b0;
-            acc[0][i][1] += a[i] * b1;
+            if (halves == 2) {
+                acc[0][i][1] += a[i] * b1;
+            }
         }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < rows; i++) {
-        v16 lo = acc[0][i][0], hi = acc[0][i][1];
+#pragma GCC unroll 2
+        for (int h = 0; h < halves; h++) {
+            v16 v = acc[0][i][h];
 #pragma GCC unroll 4
-        for (int p = 1; p < phases; p++) {
-            lo += acc[p][i][0];
-            hi += acc[p][i][1];
+            for (int p = 1; p < phases; p++) {
+                v += acc[p][i][h];
+            }
+            v16 *row = (v16 *)(c + i * ldc);
+            if (accumulate) {
+                v += row[h];
+            }
+            if (finish) {
+                v = finish16(v, finish, i, h);
+            }
+            row[h] = v;
         }
-        v16 *row = (v16 *)(c + i * ldc);
-        if (accumulate) {
-            lo += row[0];
-            hi += row[1];
-        }
-        if (finish) {
-            lo = finish16(lo, finish, i, 0);
-            hi = finish16(hi, finish, i, 1);
-        }
-        row[0] = lo;
-        row[1] = hi;
     }
 }
 
@@ -128,7 +133,7 @@ MULTIVERSION static void
 gemm_tile(const float *restrict pa, const float *restrict pb, idx kc, float *restrict c, idx ldc,
           int accumulate, const GemmFinish *finish)
 {
-    tile_rows(GEMM_MR, 1, pa, pb, kc, c, ldc, accumulate, finish);
+    tile_rows(GEMM_MR, 1, 2, pa, pb, kc, c, ldc, accumulate, finish);
 }
 
 /* gemm_tile for the first mm (1 .. MR - 1) rows only. */
@@ -137,13 +142,33 @@ gemm_rows_tile(idx mm, const float *restrict pa, const float *restrict pb, idx k
                idx ldc, int accumulate, const GemmFinish *finish)
 {
     switch (mm) {
-    case 1: tile_rows(1, 4, pa, pb, kc, c, ldc, accumulate, finish); break;
-    case 2: tile_rows(2, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
-    case 3: tile_rows(3, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
-    case 4: tile_rows(4, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
-    case 5: tile_rows(5, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
-    case 6: tile_rows(6, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
-    default: tile_rows(7, 1, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 1: tile_rows(1, 4, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 2: tile_rows(2, 2, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 3: tile_rows(3, 1, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 4: tile_rows(4, 1, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 5: tile_rows(5, 1, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    case 6: tile_rows(6, 1, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    default: tile_rows(7, 1, 2, pa, pb, kc, c, ldc, accumulate, finish); break;
+    }
+}
+
+/* The left half (16 columns) of a tile of mm (1 .. MR) rows: a tile at C's right edge
+ * with at most 16 columns, which the full tile would compute twice over (a 1-D
+ * convolution's 101 positions end in a tile of 5 columns). One accumulator per row, so
+ * k is split over more of them for fewer rows. */
+MULTIVERSION static void
+gemm_half_tile(idx mm, const float *restrict pa, const float *restrict pb, idx kc, float *restrict c,
+               idx ldc)
+{
+    switch (mm) {
+    case 1: tile_rows(1, 4, 1, pa, pb, kc, c, ldc, 0, NULL); break;
+    case 2: tile_rows(2, 4, 1, pa, pb, kc, c, ldc, 0, NULL); break;
+    case 3: tile_rows(3, 2, 1, pa, pb, kc, c, ldc, 0, NULL); break;
+    case 4: tile_rows(4, 2, 1, pa, pb, kc, c, ldc, 0, NULL); break;
+    case 5: tile_rows(5, 2, 1, pa, pb, kc, c, ldc, 0, NULL); break;
+    case 6: tile_rows(6, 2, 1, pa, pb, kc, c, ldc, 0, NULL); break;
+    case 7: tile_rows(7, 1, 1, pa, pb, kc, c, ldc, 0, NULL); break;
+    default: tile_rows(GEMM_MR, 1, 1, pa, pb, kc, c, ldc, 0, NULL); break;
     }
 }
 
@@ -154,7 +179,9 @@ gemm_edge_tile(const float *pa, const float *pb, idx kc, float *c, idx ldc, idx 
                int accumulate)
 {
     float tile[GEMM_MR * GEMM_NR];
-    if (mm == GEMM_MR) {
+    if (nn <= 16) {
+        gemm_half_tile(mm, pa, pb, kc, tile, GEMM_NR);
+    } else if (mm == GEMM_MR) {
         gemm_tile(pa, pb, kc, tile, GEMM_NR, 0, NULL);
     } else {
         gemm_rows_tile(mm, pa, pb, kc, tile, GEMM_NR, 0, NULL);

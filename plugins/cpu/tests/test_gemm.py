@@ -53,7 +53,7 @@ K_EDGES = [1, 31, 255, 256, 257, 600]
 
 
 @pytest.mark.parametrize("m", EDGES)
-@pytest.mark.parametrize("n", [1, 31, 32, 33, 70])
+@pytest.mark.parametrize("n", [1, 16, 17, 31, 32, 33, 48, 49, 70])
 @pytest.mark.parametrize("k", K_EDGES)
 def test_gemm_edges_all_operand_forms(m, n, k):
     rng = np.random.default_rng(m * 1000 + n * 10 + k)
