@@ -81,6 +81,11 @@ static PyMethodDef methods[] = {
      "gemv(a, b, y, k, n[, bias, act, p0, p1]): y (n) = act(a (k) @ b (k x n, in panels of 64 columns) + bias)."},
     {"transpose", py_transpose, METH_VARARGS,
      "transpose(src, rows, cols, dst): dst (cols, rows) = src (rows, cols) transposed."},
+    {"gemm_batched", py_gemm_batched, METH_VARARGS,
+     "gemm_batched(a, a_offset, a_batch_stride, a_row_stride, a_col_stride, b, b_offset, "
+     "b_batch_stride, b_row_stride, b_col_stride, c, batch, m, n, k): c[e] = a[e] @ b[e] for "
+     "strided float32 operands inside contiguous buffers (strides in floats); each product on "
+     "one thread, the batch split over the pool."},
     {"gemm_info", py_gemm_info, METH_NOARGS,
      "gemm_info() -> (MR, NR, KC, whether this CPU has AVX-512)."},
     {"threads", py_threads, METH_NOARGS,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -896,6 +897,70 @@ def gemm(
     _native.gemm(*operands[0][:4], *operands[1][:4], out, m, n, k, row_bias, col_bias, z, act,
                  p0, p1)
     return True
+
+
+def gemm_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """``out[..., :, :] = a[...] @ b[...]`` for float32 (..., M, K) and (..., K, N) with the
+    same batch dimensions, either of them any strided view whose batch dimensions merge
+    into one stride (attention's heads split from a [tokens, hidden] matrix, a transposed
+    key), ``out`` a contiguous (..., M, N): each product on one thread of the pool, the
+    batch split over them. ``False`` (nothing done) when the arguments do not qualify."""
+    if (not ENABLED or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or a.ndim < 3
+            or b.ndim != a.ndim or not out.flags.c_contiguous):
+        return False
+    *lead, m, k = a.shape
+    n = b.shape[-1]
+    if tuple(lead) != b.shape[:-2] or b.shape[-2] != k or out.shape != (*lead, m, n):
+        return False
+    ao, bo = _batched_operand(a), _batched_operand(b)
+    if ao is None or bo is None:
+        return False
+    _native.gemm_batched(*ao, *bo, out, prod(lead), m, n, k)
+    return True
+
+
+def _batched_operand(x: np.ndarray) -> tuple[np.ndarray, int, int, int, int] | None:
+    """A float32 (..., R, C) array as (a C-contiguous float32 array its elements lie in, the
+    offset of its first element there, the batch, row and column strides), all in floats;
+    None where the batch dimensions do not merge into one stride or a stride is negative
+    or not a whole number of floats."""
+    if any(s < 0 or s % 4 for s in x.strides):
+        return None
+    batch_stride, expected = 0, None
+    for dim, stride in reversed(list(zip(x.shape[:-2], x.strides[:-2]))):
+        if dim == 1:
+            continue
+        if expected is not None and stride != expected:
+            return None
+        if expected is None:
+            batch_stride = stride
+        expected = stride * dim
+    base = x
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    flat = _dense_floats(base) if base.dtype == _F32 else None
+    if flat is None:
+        if not x.flags.c_contiguous:
+            return None
+        base = flat = x.reshape(-1)
+    offset = x.ctypes.data - base.ctypes.data
+    if offset < 0 or offset % 4:
+        return None
+    return flat, offset // 4, batch_stride // 4, x.strides[-2] // 4, x.strides[-1] // 4
+
+
+def _dense_floats(x: np.ndarray) -> np.ndarray | None:
+    """A float32 array whose elements fill one block of memory in some axis order (C order,
+    or the permuted order numpy gives a ufunc's result on a transposed input) as the 1-D
+    array of that block; None when it does not (a strided slice)."""
+    if x.flags.c_contiguous:
+        return x.reshape(-1)
+    expected = 4
+    for stride, dim in sorted((s, d) for s, d in zip(x.strides, x.shape) if d != 1):
+        if stride != expected:
+            return None
+        expected = stride * dim
+    return np.lib.stride_tricks.as_strided(x, (x.size,), (4,))
 
 
 def _rows_contiguous(x: np.ndarray) -> bool:

@@ -518,3 +518,88 @@ def test_conv_filters_are_packed_at_creation(gemm_route):
     assert set(_gemm_filters) - before == added  # the run packed nothing more
     windows = np.lib.stride_tricks.sliding_window_view(x[0, 0].astype(np.float64), 64)[::4]
     np.testing.assert_allclose(y[0], w[:, 0].astype(np.float64) @ windows.T, rtol=1e-5, atol=1e-4)
+
+
+# ------------------------------------------------------------------ the batched GEMM
+
+
+def _check_batched(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    for index in np.ndindex(*c.shape[:-2]):
+        _check(c[index], a[index], b[index])
+
+
+def _heads(rng, tokens, heads, dim, parts=3):
+    """Attention's views: q (1, H, T, D) and k^T (1, H, D, T) split out of one
+    (1, T, parts * H * D) projection, as exports compute them (no copies)."""
+    qkv = rng.standard_normal((1, tokens, parts * heads * dim), dtype=np.float32)
+    q = qkv[:, :, : heads * dim].reshape(1, tokens, heads, dim).transpose(0, 2, 1, 3)
+    k = qkv[:, :, heads * dim: 2 * heads * dim].reshape(1, tokens, heads, dim).transpose(0, 2, 3, 1)
+    return q, k
+
+
+@pytest.mark.parametrize("tokens,heads,dim", [(1, 4, 8), (7, 3, 5), (33, 12, 64), (197, 12, 64), (70, 2, 300)])
+def test_gemm_batched_attention_views(tokens, heads, dim):
+    rng = np.random.default_rng(tokens * heads + dim)
+    q, k = _heads(rng, tokens, heads, dim)
+    out = np.empty((1, heads, tokens, tokens), np.float32)
+    assert native.gemm_batched(q, k, out)
+    _check_batched(out, q, k)
+    scores = rng.standard_normal((1, heads, tokens, tokens), dtype=np.float32)
+    v = q  # (1, H, T, D): rows along the projection's stride
+    out = np.empty((1, heads, tokens, dim), np.float32)
+    assert native.gemm_batched(scores, v, out)
+    _check_batched(out, scores, v)
+
+
+@pytest.mark.parametrize("batch", [(2, 3), (5,), (1, 1, 4)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (9, 257, 17), (8, 31, 48), (3, 600, 49)])
+def test_gemm_batched_shapes_and_layouts(batch, m, k, n):
+    rng = np.random.default_rng(m * k + n)
+    a = rng.standard_normal((*batch, m, k), dtype=np.float32)
+    b = rng.standard_normal((*batch, n, k), dtype=np.float32).swapaxes(-1, -2)  # column-major B
+    out = np.empty((*batch, m, n), np.float32)
+    assert native.gemm_batched(a, b, out)
+    _check_batched(out, a, b)
+    # a ufunc's result on a transposed input owns permuted memory: still one block
+    a_perm = np.negative(rng.standard_normal((*batch, k, m), dtype=np.float32).swapaxes(-1, -2))
+    if min(m, k) > 1:
+        assert not a_perm.flags.c_contiguous and a_perm.base is None
+    assert native.gemm_batched(a_perm, b, out)
+    _check_batched(out, a_perm, b)
+
+
+def test_gemm_batched_zero_k_broadcast_and_refusals():
+    a = np.ones((3, 4, 0), np.float32)
+    b = np.ones((3, 0, 5), np.float32)
+    out = np.full((3, 4, 5), np.nan, np.float32)
+    assert native.gemm_batched(a, b, out) and not out.any()
+    # a batch dimension of stride 0 (np.broadcast_to) reads the one matrix each time
+    a = np.broadcast_to(np.arange(6, dtype=np.float32).reshape(1, 2, 3), (4, 2, 3))
+    b = np.ones((4, 3, 2), np.float32)
+    out = np.empty((4, 2, 2), np.float32)
+    assert native.gemm_batched(a, b, out)
+    np.testing.assert_array_equal(out, np.matmul(a, b))
+    # batch dimensions that do not merge into one stride, other dtypes, disagreeing shapes
+    x = np.ones((4, 5, 3, 3), np.float32)[:, :3]
+    assert not native.gemm_batched(x, np.ones((4, 3, 3, 3), np.float32), np.empty((4, 3, 3, 3), np.float32))
+    assert not native.gemm_batched(np.ones((2, 3, 3)), np.ones((2, 3, 3)), np.empty((2, 3, 3)))
+    assert not native.gemm_batched(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 3), np.float32),
+                                   np.empty((2, 3, 3), np.float32))
+
+
+def test_attention_scores_take_the_batched_gemm_and_match_numpy(monkeypatch):
+    from onyxrt_cpu.kernels import linalg
+
+    rng = np.random.default_rng(5)
+    q, k = _heads(rng, 50, 12, 64)
+    calls = []
+    original = native.gemm_batched
+    monkeypatch.setattr(native, "GEMM_PREFERRED", True)
+    monkeypatch.setattr(native, "gemm_batched", lambda *args: calls.append(1) or original(*args))
+    y = linalg.matmul(q, k)
+    assert calls and y.shape == (1, 12, 50, 50)
+    _check_batched(y, q, k)
+    v = q
+    calls.clear()
+    linalg.matmul(y, v)  # probabilities @ V: B row-major, numpy's loop over OpenBLAS
+    assert not calls
