@@ -1,4 +1,4 @@
-/* GELU (erf and tanh forms) and Softmax over rows. */
+/* GELU (erf and tanh forms); Softmax is in softmax.c. */
 
 #include "native.h"
 
@@ -131,52 +131,4 @@ py_gelu_tanh(PyObject *self, PyObject *args)
         return NULL;
     }
     return elementwise_f32(xo, yo, gelu_tanh_range, 1);
-}
-
-MULTIVERSION void
-onyxrt_softmax(const float *x, float *y, idx rows, idx n)
-{
-    for (idx r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
-        float m = row_max(xr, n);
-        for (idx i = 0; i < n; i++) {
-            yr[i] = exp_nonpositive(xr[i] - m);
-        }
-        const float inv = 1.0f / row_sum(yr, n);
-        for (idx i = 0; i < n; i++) {
-            yr[i] *= inv;
-        }
-    }
-}
-
-static void
-softmax_rows(void *ctx, idx begin, idx end)
-{
-    const RowsCall *c = (const RowsCall *)ctx;
-    onyxrt_softmax(c->x + begin * c->n, c->y + begin * c->n, end - begin, c->n);
-}
-
-PyObject *
-py_softmax(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *xo, *yo;
-    idx n;
-    if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
-        return NULL;
-    }
-    enum { X, Y, VIEWS };
-    Py_buffer views[VIEWS];
-    memset(views, 0, sizeof(views));
-    const idx rows = get_rows_f32(xo, yo, n, &views[X], &views[Y]);
-    if (rows < 0) {
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n};
-    parallel_for(softmax_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
-    Py_END_ALLOW_THREADS
-    release_all(views, VIEWS);
-    Py_RETURN_NONE;
 }
