@@ -23,7 +23,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["tune_malloc", "malloc_state", "ENV_VAR"]
+__all__ = ["tune_malloc", "malloc_state", "prefault_heap", "PREFAULT_MAX_BYTES", "ENV_VAR"]
 
 ENV_VAR = "ONYXRT_MALLOC_TUNING"
 
@@ -35,6 +35,11 @@ _TRIM_THRESHOLD = 512 << 20
 
 _lock = threading.Lock()
 _state = "not applied"
+_prefaulted = 0  # the most bytes prefault_heap has faulted in, in this process
+
+#: The most a session's creation faults in ahead of its first run (below the 32 MiB mmap
+#: threshold, so that the block is heap the first run's allocations are carved from).
+PREFAULT_MAX_BYTES = 16 << 20
 
 
 def tune_malloc() -> str:
@@ -71,3 +76,29 @@ def _symbol(name: str) -> Any:
 def malloc_state() -> str:
     """What the tuning did in this process, for ``onyxrt doctor`` and the provider probe."""
     return _state
+
+
+def prefault_heap(nbytes: int) -> int:
+    """Grow the heap by up to ``nbytes`` (at most :data:`PREFAULT_MAX_BYTES`) and touch each
+    of its pages, then free it: with the tuning applied glibc keeps freed heap, so a
+    session's first run carves its outputs from pages already faulted in instead of
+    faulting them in itself (each first touch of a page is a trip into the kernel, which
+    zeroes it: a log-mel front end's first run 1.5-2.1 ms against 1.3-1.6 with its heap
+    grown ahead). What earlier sessions of the process grew is not grown again. Returns
+    the bytes touched (0 where the tuning is not applied: freed memory would go back to
+    the system)."""
+    global _prefaulted
+    if not _state.startswith("tuned"):
+        return 0
+    want = min(int(nbytes), PREFAULT_MAX_BYTES)
+    with _lock:
+        if want <= _prefaulted:
+            return 0
+        _prefaulted = want
+    import numpy as np
+
+    block = np.empty(want, np.uint8)
+    block[::4096] = 0
+    del block
+    return want
+

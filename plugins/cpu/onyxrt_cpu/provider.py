@@ -16,7 +16,7 @@ from .blas_threads import ENV_VAR as POOL_ENV_VAR
 from .blas_threads import pool_state, share_pool
 from .kernels import registry
 from .malloc_tuning import ENV_VAR as MALLOC_ENV_VAR
-from .malloc_tuning import tune_malloc
+from .malloc_tuning import prefault_heap, tune_malloc
 
 _NO_ARENA = ("the CPU provider keeps no arena: numpy allocates its buffers, and large ones are "
              "reused through the C heap (see docs/performance.md)")
@@ -79,6 +79,28 @@ class CPUExecutionProvider(KernelRegistryProvider):
         tune_malloc()  # once per process: see malloc_tuning for why
         share_pool()  # once per process: see blas_threads for why
         memory_guard.install()  # the session's memory limits on every numpy allocation
+        #: the bytes of the outputs of the kernels made so far whose sizes are known (a
+        #: free dimension counted as 1): what on_session_created faults in ahead
+        self._output_bytes = 0
+
+    def create_kernel(self, node: Any, info: Any) -> Any:
+        """The registry's kernel for the node; its outputs' sizes are counted for
+        :meth:`on_session_created`."""
+        kernel = super().create_kernel(node, info)
+        for value_type in info.output_types:
+            dtype = None if value_type is None else value_type.dtype
+            if dtype is not None and value_type.shape is not None:
+                count = 1
+                for dim in value_type.shape:
+                    count *= dim if isinstance(dim, int) else 1
+                self._output_bytes += count * dtype.itemsize
+        return kernel
+
+    def on_session_created(self) -> None:
+        """Grow the heap the first run will allocate its outputs from (see
+        :func:`~onyxrt_cpu.malloc_tuning.prefault_heap`): its page faults at creation
+        rather than in the first run."""
+        prefault_heap(self._output_bytes)
 
     def devices(self) -> Sequence[Device]:
         """The host CPU."""
