@@ -86,6 +86,9 @@ static PyMethodDef methods[] = {
      "b_batch_stride, b_row_stride, b_col_stride, c, batch, m, n, k): c[e] = a[e] @ b[e] for "
      "strided float32 operands inside contiguous buffers (strides in floats); each product on "
      "one thread, the batch split over the pool."},
+    {"pad", py_pad, METH_VARARGS,
+     "pad(x, y, begins, mode, value): y = x padded (C-contiguous, one element size; mode 0 "
+     "constant with the element `value` (bytes), 1 reflect, 2 edge, 3 wrap; pads >= 0)."},
     {"gemm_info", py_gemm_info, METH_NOARGS,
      "gemm_info() -> (MR, NR, KC, whether this CPU has AVX-512)."},
     {"threads", py_threads, METH_NOARGS,

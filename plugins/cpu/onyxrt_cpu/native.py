@@ -963,6 +963,32 @@ def _dense_floats(x: np.ndarray) -> np.ndarray | None:
     return np.lib.stride_tricks.as_strided(x, (x.size,), (4,))
 
 
+_PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
+
+
+def pad(x: np.ndarray, begins: list[int], ends: list[int], mode: str, value: Any) -> np.ndarray | None:
+    """``x`` padded by ``begins``/``ends`` (>= 0 each) in ``mode`` (constant with ``value``,
+    None meaning 0; reflect; edge; wrap) as a new C-contiguous array, in one compiled pass;
+    ``None`` where it does not qualify (object dtype, a reflect pad reaching past its axis,
+    an empty axis padded other than with the constant, rank above 16)."""
+    code = _PAD_MODES.get(mode)
+    if not ENABLED or code is None or x.dtype.hasobject or not 1 <= x.ndim <= 16:
+        return None
+    shape = tuple(d + b + e for d, b, e in zip(x.shape, begins, ends))
+    for d, b, e in zip(x.shape, begins, ends):
+        if b < 0 or e < 0 or ((b or e) and code and d == 0) or (code == 1 and (b >= d or e >= d) and (b or e)):
+            return None
+    if x.dtype.itemsize not in (1, 2, 4, 8):
+        return None
+    fill = np.zeros((), x.dtype) if value is None or code else np.asarray(value).astype(x.dtype)
+    y = np.empty(shape, x.dtype)
+    # As unsigned integers of the element's size: the buffer protocol has no format for
+    # ml_dtypes' types (bfloat16, float8...), and the copy is of bytes anyway.
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    _native.pad(np.ascontiguousarray(x).view(bits), y.view(bits), list(begins), code, fill.tobytes())
+    return y
+
+
 def _rows_contiguous(x: np.ndarray) -> bool:
     """Whether the 2-D ``x``'s rows are contiguous and do not overlap."""
     return x.ndim == 2 and x.strides[1] == 4 and x.strides[0] % 4 == 0 and x.strides[0] >= 4 * x.shape[1]

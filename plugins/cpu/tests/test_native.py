@@ -678,3 +678,36 @@ def test_compiled_group_refuses_bad_programs():
         native.elementwise_group((x,), (0,), y, np.array([[0, 0, 5]], np.int32), 0)
     with pytest.raises(ValueError):
         native.elementwise_group((np.ones(3, np.float32),), (0,), y, np.array([[6, 0, -1]], np.int32), 0)
+
+
+# --------------------------------------------------------------------------------- Pad
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shape=st.lists(st.integers(0, 5), min_size=1, max_size=4),
+    dtype=st.sampled_from(["float32", "int64", "uint8", "float16", "bool", "float64", "int8"]),
+    mode=st.sampled_from(["constant", "reflect", "edge", "wrap"]),
+    pads=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=4, max_size=4),
+    value=st.sampled_from([None, 3]),
+)
+def test_pad_matches_numpy(shape, dtype, mode, pads, value):
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 10).astype(dtype)
+    begins, ends = [p[0] for p in pads[: len(shape)]], [p[1] for p in pads[: len(shape)]]
+    y = native.pad(x, begins, ends, mode, value)
+    if y is None:  # declined: a reflect pad past its axis, an empty axis padded by copies
+        assert mode != "constant"
+        return
+    kwargs = {"constant_values": np.asarray(0 if value is None else value).astype(dtype)} if mode == "constant" else {}
+    np.testing.assert_array_equal(y, np.pad(x, list(zip(begins, ends)), mode=mode, **kwargs))
+
+
+def test_pad_takes_ml_dtypes_and_strided_inputs():
+    import ml_dtypes
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2].astype(ml_dtypes.bfloat16)
+    y = native.pad(x, [1, 2], [2, 1], "reflect", None)
+    np.testing.assert_array_equal(y.astype(np.float32), np.pad(x.astype(np.float32), [(1, 2), (2, 1)], mode="reflect"))
+    assert native.pad(x, [0, 3], [0, 0], "reflect", None) is None  # past the axis: declined
+    assert native.pad(np.array(["a", "b"], dtype=object), [1], [1], "edge", None) is None

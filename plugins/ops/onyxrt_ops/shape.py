@@ -538,7 +538,9 @@ def _source_index(xp: Any, int64: Any, d: int, before: int, after: int, mode: st
 
 
 class Padding(Steered):
-    """Base of Pad: :meth:`pad` crops (negative amounts) and pads every axis."""
+    """Base of Pad: :meth:`pad` crops (negative amounts) and pads every axis, through the
+    backend's ``pad`` extra where it has one (``pad(x, begins, ends, mode, value)`` → the
+    padded array, or None where it declines)."""
 
     def pad_mode(self, allowed: Sequence[str]) -> str:
         """The ``mode`` attribute, one of ``allowed`` (InvalidGraph otherwise)."""
@@ -561,6 +563,12 @@ class Padding(Steered):
         pb, pe = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
         if not any(pb) and not any(pe):
             return x
+        compiled = self.backend.extras.get("pad")  # a backend's one-pass pad (None: declines)
+        if compiled is not None:
+            self.check_size([d + b + e for d, b, e in zip(x.shape, pb, pe)], x)
+            out = compiled(x, pb, pe, mode, value)
+            if out is not None:
+                return out
         if mode == "constant":
             out = self.blank([d + b + e for d, b, e in zip(x.shape, pb, pe)], x, value)
             out[tuple(slice(b, b + d) for d, b in zip(x.shape, pb))] = x

@@ -7,7 +7,8 @@ walk of the ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`, and the leav
 weights summed in it); ``row_product``, the compiled one-row product
 (:func:`.native.one_row_product`) of the linear classifiers; ``softmax``, the compiled row
 softmax their SOFTMAX post-transform takes (:func:`.native.softmax_last_axis`); and
-``normalize_rows``, the Normalizer's compiled rows (:func:`.native.normalize_rows`)."""
+``normalize_rows``, the Normalizer's compiled rows (:func:`.native.normalize_rows`); and
+``pad``, Pad in one compiled pass (:func:`.native.pad`)."""
 
 from __future__ import annotations
 
@@ -50,4 +51,5 @@ BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
                                 **({"tree_leaves": native.tree_leaves, "tree_scores": native.tree_scores,
                                     "row_product": native.one_row_product,
                                     "normalize_rows": native.normalize_rows,
-                                    "softmax": native.softmax_last_axis} if native.ENABLED else {})})
+                                    "softmax": native.softmax_last_axis,
+                                    "pad": native.pad} if native.ENABLED else {})})
