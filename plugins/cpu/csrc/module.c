@@ -63,6 +63,8 @@ static PyMethodDef methods[] = {
      "of (16, M, tiles) into y with bias, residual and activation."},
     {"normalize_rows", py_normalize_rows, METH_VARARGS,
      "normalize_rows(x, out, n, norm): each row of n floats over its max (0), L1 (1) or L2 (2) norm."},
+    {"log_softmax", py_log_softmax, METH_VARARGS,
+     "log_softmax(x, out, n): log-softmax over each contiguous row of n floats."},
     {"softmax", py_softmax, METH_VARARGS,
      "softmax(x, out, n): softmax over each contiguous row of n floats."},
     {"layernorm", py_layernorm, METH_VARARGS,

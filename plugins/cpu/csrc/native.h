@@ -216,6 +216,7 @@ PyObject *py_gemv(PyObject *self, PyObject *args);
 PyObject *py_gemm_info(PyObject *self, PyObject *args);
 PyObject *py_gemm_batched(PyObject *self, PyObject *args);
 PyObject *py_pad(PyObject *self, PyObject *args);
+PyObject *py_log_softmax(PyObject *self, PyObject *args);
 PyObject *py_set_threads(PyObject *self, PyObject *args);
 PyObject *py_blas_hooks(PyObject *self, PyObject *args);
 PyObject *py_nchwc_conv(PyObject *self, PyObject *args);

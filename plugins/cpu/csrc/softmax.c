@@ -1,4 +1,5 @@
-/* Softmax over contiguous rows (the CPU provider's Softmax and the ML operators' SOFTMAX).
+/* Softmax and LogSoftmax over contiguous rows (the CPU provider's Softmax and LogSoftmax,
+ * and the ML operators' SOFTMAX).
  *
  * Floating-point contraction is on in this file only: the exponential's polynomial is
  * built on fused multiply-adds (as MLAS's is). A row: its max, exp(x - max) 16 lanes at a
@@ -93,6 +94,69 @@ py_softmax(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n};
     parallel_for(softmax_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
+    Py_END_ALLOW_THREADS
+    release_all(views, VIEWS);
+    Py_RETURN_NONE;
+}
+
+/* y = x - max - log(sum(exp(x - max))) per row, as the library computes it (the sum in
+ * float32 lanes, the log of it once per row). */
+MULTIVERSION void
+onyxrt_log_softmax(const float *x, float *y, idx rows, idx n)
+{
+    for (idx r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        const float m = row_max(xr, n);
+        v16 sum = {0};
+        idx i = 0;
+        for (; i + 16 <= n; i += 16) {
+            sum += exp16_nonpositive(*(const v16 *)(xr + i) - m);
+        }
+        if (i < n) {
+            float tail[16];
+            for (idx j = 0; j < 16; j++) {
+                tail[j] = i + j < n ? xr[i + j] - m : -INFINITY;
+            }
+            sum += exp16_nonpositive(*(const v16 *)tail);
+        }
+        float total = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            total += sum[j];
+        }
+        const float shift = m + logf(total);
+        for (idx j = 0; j < n; j++) {
+            yr[j] = xr[j] - shift;
+        }
+    }
+}
+
+static void
+log_softmax_rows(void *ctx, idx begin, idx end)
+{
+    const RowsCall *c = (const RowsCall *)ctx;
+    onyxrt_log_softmax(c->x + begin * c->n, c->y + begin * c->n, end - begin, c->n);
+}
+
+PyObject *
+py_log_softmax(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *yo;
+    idx n;
+    if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
+        return NULL;
+    }
+    enum { X, Y, VIEWS };
+    Py_buffer views[VIEWS];
+    memset(views, 0, sizeof(views));
+    const idx rows = get_rows_f32(xo, yo, n, &views[X], &views[Y]);
+    if (rows < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n};
+    parallel_for(log_softmax_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
     Py_END_ALLOW_THREADS
     release_all(views, VIEWS);
     Py_RETURN_NONE;

@@ -711,3 +711,44 @@ def test_pad_takes_ml_dtypes_and_strided_inputs():
     np.testing.assert_array_equal(y.astype(np.float32), np.pad(x.astype(np.float32), [(1, 2), (2, 1)], mode="reflect"))
     assert native.pad(x, [0, 3], [0, 0], "reflect", None) is None  # past the axis: declined
     assert native.pad(np.array(["a", "b"], dtype=object), [1], [1], "edge", None) is None
+
+
+def _log_softmax64(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        shifted = x64 - x64.max(axis=-1, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("shape", [(80, 1, 100), (3, 5), (2, 15), (3, 16), (4, 17), (1, 12, 7, 197)])
+def test_log_softmax_compiled_rows(shape):
+    x = (np.random.default_rng(9).standard_normal(shape) * 6).astype(np.float32)
+    y = np.empty_like(x)
+    native.compiled_module().log_softmax(x, y, shape[-1])
+    np.testing.assert_allclose(y, _log_softmax64(x), rtol=2e-6, atol=2e-6)
+
+
+def test_log_softmax_compiled_special_values():
+    x = np.array([[0, 1, 2, np.inf], [-np.inf] * 4, [np.nan, 1, 2, 3], [-100, 0, -200, -87.5],
+                  [3, 3, 3, 3]], dtype=np.float32)
+    y = np.empty_like(x)
+    native.compiled_module().log_softmax(x, y, 4)
+    np.testing.assert_allclose(y, _log_softmax64(x), rtol=1e-6, atol=1e-6)  # NaN == NaN here
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_log_softmax_session_takes_the_compiled_rows(opset):
+    """A float32 LogSoftmax over the last axis (typed input: the route is chosen when
+    the kernel is built) runs the compiled rows, at either opset, and matches float64."""
+    import onyxrt
+    from onnx import TensorProto
+
+    graph = helper.make_graph([helper.make_node("LogSoftmax", ["x"], ["y"], axis=2)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["t", 1, 100])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    session = onyxrt.InferenceSession(model.SerializeToString())
+    (step,) = session._plan.steps
+    assert step.kernel.compute.__qualname__.startswith("_compiled_call")
+    x = (np.random.default_rng(3).standard_normal((80, 1, 100)) * 6).astype(np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], _log_softmax64(x), rtol=2e-6, atol=2e-6)

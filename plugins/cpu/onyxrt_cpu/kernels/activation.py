@@ -99,16 +99,23 @@ def _compiled_call(kernel: Any, call: Callable[[np.ndarray, np.ndarray], Any]) -
 _NATIVE = native.compiled_module() if native.ENABLED else None
 
 
+def _over_last_axis(kernel: Any, info: KernelInfo) -> bool:
+    """Whether a softmax-like node of a float32 input works along its last axis: ``axis``
+    -1 or rank - 1 (known when built), per axis (version 13) or on the input coerced to
+    2-D before it, which for the last axis is the same rows."""
+    t = info.input_types[0] if info.input_types else None
+    rank = len(t.shape) if t is not None and t.shape is not None else None
+    last = kernel.axis == -1 or (rank is not None and kernel.axis == rank - 1)
+    return last and _float32_input(info)
+
+
 @registry.register("Softmax", since=(1, 11, 13))
 class Softmax(library.kernel("Softmax", 13, BACKEND)):
     """Softmax with the compiled last-axis pass for float32, numpy in place otherwise."""
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        t = info.input_types[0] if info.input_types else None
-        rank = len(t.shape) if t is not None and t.shape is not None else None
-        last = self.axis == -1 or (rank is not None and self.axis in (rank - 1, -1))
-        if self.per_axis and last and _float32_input(info) and hasattr(_NATIVE, "softmax"):
+        if _over_last_axis(self, info) and hasattr(_NATIVE, "softmax"):
             softmax = _NATIVE.softmax
             _compiled_call(self, lambda x, y: softmax(x, y, x.shape[-1]))
 
@@ -122,6 +129,19 @@ class Softmax(library.kernel("Softmax", 13, BACKEND)):
             np.exp(e, out=e)  # in place: one buffer for the whole computation
             e /= np.sum(e, axis=axis, keepdims=True)
         return e
+
+
+@registry.register("LogSoftmax", since=(1, 11, 13))
+class LogSoftmax(library.kernel("LogSoftmax", 13, BACKEND)):
+    """LogSoftmax with a compiled pass over each row for a float32 input along its last
+    axis (a CTC head's [80, 1, 100] scores: ~5 numpy passes before), the library's
+    otherwise."""
+
+    def __init__(self, info: KernelInfo) -> None:
+        super().__init__(info)
+        if _over_last_axis(self, info) and hasattr(_NATIVE, "log_softmax"):
+            log_softmax = _NATIVE.log_softmax
+            _compiled_call(self, lambda x, y: log_softmax(x, y, x.shape[-1]))
 
 
 def _fast_sigmoid(x: np.ndarray) -> np.ndarray:
