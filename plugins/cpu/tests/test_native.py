@@ -740,8 +740,9 @@ def test_log_softmax_compiled_special_values():
 def test_log_softmax_session_takes_the_compiled_rows(opset):
     """A float32 LogSoftmax over the last axis (typed input: the route is chosen when
     the kernel is built) runs the compiled rows, at either opset, and matches float64."""
-    import onyxrt
     from onnx import TensorProto
+
+    import onyxrt
 
     graph = helper.make_graph([helper.make_node("LogSoftmax", ["x"], ["y"], axis=2)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["t", 1, 100])],
