@@ -79,6 +79,9 @@ static PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(a, ars, acs, a_packed, b, brs, bcs, b_packed, c, m, n, k[, row_bias, col_bias, z, "
      "act, p0, p1]): C = act(A @ B + bias + z) (C and z 2-D, rows contiguous)."},
+    {"classify_row", py_classify_row, METH_VARARGS,
+     "classify_row(a, b, scores, k, n, bias, post) -> index: scores = a @ B + bias (B in "
+     "gemv's panels), its arg-max (first of ties, NaN never wins), then softmax (post 1)."},
     {"gemv", py_gemv, METH_VARARGS,
      "gemv(a, b, y, k, n[, bias, act, p0, p1]): y (n) = act(a (k) @ b (k x n, in panels of 64 columns) + bias)."},
     {"transpose", py_transpose, METH_VARARGS,

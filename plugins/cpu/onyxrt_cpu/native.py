@@ -85,6 +85,7 @@ __all__ = [
     "gemm",
     "GEMV_MAX_WEIGHTS",
     "one_row_product",
+    "classify_row",
     "dequantize4_packed",
     "normalize_rows",
     "RowProduct",
@@ -853,6 +854,15 @@ def one_row_product(b: np.ndarray) -> RowProduct | None:
         return None
     k, n = b.shape
     return RowProduct(column_panels(b), k, n, _native.gemv)
+
+
+def classify_row(product: RowProduct, a: np.ndarray, scores: np.ndarray, bias: np.ndarray | None,
+                 post: int) -> int:
+    """A linear classifier on one float32 row ``a`` in one compiled call: ``scores`` (1, N)
+    = a @ B + bias for the constant B of ``product`` (:func:`one_row_product`), the index
+    of the largest score as onnxruntime scans (the first of ties; a NaN never wins, a NaN
+    first score is never beaten), then ``post`` 0 (none) or 1 (softmax, in place)."""
+    return int(_native.classify_row(a, product.panels, scores, product.k, product.n, bias, post))
 
 
 def gemm(

@@ -481,3 +481,34 @@ def test_tree_ensembles_take_the_compiled_walk_where_built():
     assert (kernel.forest.walker is native.tree_leaves) == native.ENABLED
     y = kernel.compute(np.array([[0.2], [0.9], [np.nan]], np.float32))[0]
     np.testing.assert_array_equal(y.ravel(), [1.0, 2.0, 2.0])
+
+
+@pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC"])
+@pytest.mark.parametrize("labels", ["ints", "strings"])
+def test_linear_classifier_one_row_matches_onnxruntime(post, labels):
+    """One sample at a time (the compiled classify_row for NONE/SOFTMAX): the same labels and
+    scores as onnxruntime and as the same row inside a batch, with tied classes (the first
+    wins) and NaN features (every score NaN: the first class)."""
+    import onyxrt
+
+    coef = np.array([[1, 2, 0], [1, 2, 0], [-1, 0, 3], [0.5, -2, 1]], np.float32)  # 0 and 1 tie
+    kwargs = ({"classlabels_ints": [7, 3, 9, 1]} if labels == "ints"
+              else {"classlabels_strings": ["a", "b", "c", "d"]})
+    node = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain=ML,
+                            coefficients=coef.ravel().tolist(), intercepts=[0.1, 0.1, -0.2, 0.3],
+                            post_transform=post, **kwargs)
+    label_type = TensorProto.INT64 if labels == "ints" else TensorProto.STRING
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                              [helper.make_tensor_value_info("label", label_type, [None]),
+                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)])
+    data = model.SerializeToString()
+    ours, theirs = onyxrt.InferenceSession(data), ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rows = np.array([[1, 1, 1], [0.5, -1, 2], [np.nan, 0, 0], [3, -4, 0.25]], np.float32)
+    batch_labels, batch_scores = ours.run(None, {"x": rows})
+    for i, row in enumerate(rows):
+        label, scores = ours.run(None, {"x": row[None]})
+        want_label, want_scores = theirs.run(None, {"x": row[None]})
+        assert label.tolist() == want_label.tolist() == batch_labels[i:i + 1].tolist()
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(scores, batch_scores[i:i + 1], rtol=1e-6, atol=1e-7)

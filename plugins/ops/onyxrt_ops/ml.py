@@ -774,12 +774,22 @@ class LinearClassifier(_MLKernel):
         # service scoring one sample at a time
         row_product = self.backend.extras.get("row_product")
         self._row_product = row_product(self._coef_t) if row_product is not None else None
+        # the backend's whole one-row classification (``classify_row(x, scores, bias, post)``
+        # → the arg-max, scores transformed in place; None: declines) for several score
+        # columns under NONE or SOFTMAX, where the product is compiled
+        classify = self.backend.extras.get("classify_row")
+        self._classify_row = (classify if classify is not None and self._row_product is not None
+                              and n > 1 and self.post in (0, 1) else None)
 
     def compute(self, x: Any) -> tuple[Any, Any]:
         xp = self.xp
         xf = self.rows(x)
         if xf.shape[1] != self.coef.shape[1]:
             raise ValueError(f"X has {xf.shape[1]} features, the coefficients {self.coef.shape[1]}")
+        if self._classify_row is not None and xf.shape[0] == 1 and xf.flags.c_contiguous:
+            s = np.empty((1, self._coef_t.shape[1]), np.float32)
+            best = self._classify_row(self._row_product, xf, s, self.intercepts, self.post)
+            return self.classes[[best]], s  # a new (1,) array of the label
         if xp is np and self._row_product is not None and xf.shape[0] == 1 and xf.flags.c_contiguous:
             s = np.empty((1, self._coef_t.shape[1]), np.float32)
             self._row_product(xf, s, self.intercepts)

@@ -5,7 +5,8 @@ bit-identical to its MLAS kernels where the compiled module is built), which the
 recurrent operators take for their gates; ``tree_leaves``/``tree_scores``, the compiled
 walk of the ai.onnx.ml tree ensembles (:func:`.native.tree_leaves`, and the leaves'
 weights summed in it); ``row_product``, the compiled one-row product
-(:func:`.native.one_row_product`) of the linear classifiers; ``softmax``, the compiled row
+(:func:`.native.one_row_product`) of the linear classifiers and their whole one-row
+classification (``classify_row``, :func:`.native.classify_row`); ``softmax``, the compiled row
 softmax their SOFTMAX post-transform takes (:func:`.native.softmax_last_axis`); and
 ``normalize_rows``, the Normalizer's compiled rows (:func:`.native.normalize_rows`); and
 ``pad``, Pad in one compiled pass (:func:`.native.pad`)."""
@@ -50,6 +51,7 @@ BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
                                 # only where compiled: the library walks the trees itself
                                 **({"tree_leaves": native.tree_leaves, "tree_scores": native.tree_scores,
                                     "row_product": native.one_row_product,
+                                    "classify_row": native.classify_row,
                                     "normalize_rows": native.normalize_rows,
                                     "softmax": native.softmax_last_axis,
                                     "pad": native.pad} if native.ENABLED else {})})
