@@ -79,6 +79,12 @@ static PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(a, ars, acs, a_packed, b, brs, bcs, b_packed, c, m, n, k[, row_bias, col_bias, z, "
      "act, p0, p1]): C = act(A @ B + bias + z) (C and z 2-D, rows contiguous)."},
+    {"tree_forest", py_tree_forest, METH_VARARGS,
+     "tree_forest(roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf, "
+     "missing_true, weights, leaves, targets) -> a forest held for tree_score."},
+    {"tree_score", py_tree_score, METH_VARARGS,
+     "tree_score(forest, x, out, n, features): out (n, targets) = each row's summed leaf "
+     "weights; x float32 or float64."},
     {"classify_row", py_classify_row, METH_VARARGS,
      "classify_row(a, b, scores, k, n, bias, post) -> index: scores = a @ B + bias (B in "
      "gemv's panels), its arg-max (first of ties, NaN never wins), then softmax (post 1)."},

@@ -174,3 +174,154 @@ py_tree_leaves(PyObject *self, PyObject *args)
     }
     Py_RETURN_NONE;
 }
+
+/* A forest's node arrays and leaf weights held once (tree_forest), so that a call for one
+ * sample passes only its row and the output (tree_score): acquiring the eleven buffers of
+ * tree_leaves on every call was most of a one-sample random forest's ~3 us. */
+enum { F_ROOTS, F_FEATURE, F_SPLIT, F_MODE, F_TRUE_ID, F_TRUE_LEAF, F_FALSE_ID, F_FALSE_LEAF, F_MISSING,
+       F_WEIGHTS, F_VIEWS };
+
+typedef struct {
+    Py_buffer v[F_VIEWS];
+    idx trees, nodes, leaves, targets;
+} Forest;
+
+static const char FOREST_CAPSULE[] = "onyxrt.forest";
+
+static void
+forest_destroy(PyObject *capsule)
+{
+    Forest *f = (Forest *)PyCapsule_GetPointer(capsule, FOREST_CAPSULE);
+    if (f != NULL) {
+        release_all(f->v, F_VIEWS);
+        PyMem_Free(f);
+    }
+}
+
+/* tree_forest(roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf,
+ * missing_true, weights, leaves, targets) -> a capsule for tree_score (arrays as
+ * tree_leaves takes them; weights float32 (leaves, targets)). */
+PyObject *
+py_tree_forest(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[F_VIEWS];
+    idx leaves, targets;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &leaves, &targets)) {
+        return NULL;
+    }
+    if (leaves < 1 || targets < 1) {
+        PyErr_SetString(PyExc_ValueError, "tree_forest: needs leaves >= 1 and targets >= 1");
+        return NULL;
+    }
+    Forest *f = (Forest *)PyMem_Calloc(1, sizeof(Forest));
+    if (f == NULL) {
+        return PyErr_NoMemory();
+    }
+    int ok = get_bytes(o[F_FEATURE], &f->v[F_FEATURE], 0, 0, 8, "feature") == 0;
+    const idx nodes = ok ? f->v[F_FEATURE].len / 8 : 0;
+    ok = ok && get_bytes(o[F_ROOTS], &f->v[F_ROOTS], 0, 0, 8, "roots") == 0 &&
+         get_bytes(o[F_SPLIT], &f->v[F_SPLIT], 0, nodes, 8, "split") == 0 &&
+         get_bytes(o[F_MODE], &f->v[F_MODE], 0, nodes, 8, "mode") == 0 &&
+         get_bytes(o[F_TRUE_ID], &f->v[F_TRUE_ID], 0, nodes, 8, "true_id") == 0 &&
+         get_bytes(o[F_TRUE_LEAF], &f->v[F_TRUE_LEAF], 0, nodes, 1, "true_leaf") == 0 &&
+         get_bytes(o[F_FALSE_ID], &f->v[F_FALSE_ID], 0, nodes, 8, "false_id") == 0 &&
+         get_bytes(o[F_FALSE_LEAF], &f->v[F_FALSE_LEAF], 0, nodes, 1, "false_leaf") == 0 &&
+         get_bytes(o[F_MISSING], &f->v[F_MISSING], 0, nodes, 1, "missing_true") == 0 &&
+         get_f32(o[F_WEIGHTS], &f->v[F_WEIGHTS], 0, leaves * targets, "weights") == 0;
+    if (!ok) {
+        release_all(f->v, F_VIEWS);
+        PyMem_Free(f);
+        return NULL;
+    }
+    f->trees = f->v[F_ROOTS].len / 8;
+    f->nodes = nodes;
+    f->leaves = leaves;
+    f->targets = targets;
+    PyObject *capsule = PyCapsule_New(f, FOREST_CAPSULE, forest_destroy);
+    if (capsule == NULL) {
+        release_all(f->v, F_VIEWS);
+        PyMem_Free(f);
+    }
+    return capsule;
+}
+
+/* tree_score(forest, x, out, n, features): out float32 (n, targets) = each row's summed
+ * leaf weights (as tree_leaves with weights), x float32 or float64 (n, features) by its
+ * element size, float32 rows widened to float64 for the comparisons (as the Python side
+ * widened them before). */
+PyObject *
+py_tree_score(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *fo, *xo, *oo;
+    idx n, features;
+    if (!PyArg_ParseTuple(args, "OOOnn", &fo, &xo, &oo, &n, &features)) {
+        return NULL;
+    }
+    Forest *f = (Forest *)PyCapsule_GetPointer(fo, FOREST_CAPSULE);
+    if (f == NULL) {
+        return NULL;
+    }
+    if (n < 0 || features < 1) {
+        PyErr_SetString(PyExc_ValueError, "tree_score: bad dimensions");
+        return NULL;
+    }
+    if (n == 0) {
+        Py_RETURN_NONE;
+    }
+    enum { X, OUT, VIEWS };
+    Py_buffer v[VIEWS];
+    memset(v, 0, sizeof(v));
+    if (PyObject_GetBuffer(xo, &v[X], PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    const idx size = v[X].len / (n * features);
+    if ((size != 4 && size != 8) || v[X].len != n * features * size ||
+        get_f32(oo, &v[OUT], 1, n * f->targets, "out") < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "tree_score: x must be float32 or float64 (n, features)");
+        }
+        release_all(v, VIEWS);
+        return NULL;
+    }
+    double stack[256];
+    double *wide = NULL;
+    const double *x = (const double *)v[X].buf;
+    if (size == 4) {
+        wide = n * features <= 256 ? stack : (double *)PyMem_Malloc(sizeof(double) * (size_t)(n * features));
+        if (wide == NULL) {
+            release_all(v, VIEWS);
+            return PyErr_NoMemory();
+        }
+        const float *xf = (const float *)v[X].buf;
+        for (idx i = 0; i < n * features; i++) {
+            wide[i] = xf[i];
+        }
+        x = wide;
+    }
+    TreeCall call = {x, n, features, f->trees, f->nodes, f->leaves,
+                     (const int64_t *)f->v[F_ROOTS].buf, (const int64_t *)f->v[F_FEATURE].buf,
+                     (const int64_t *)f->v[F_MODE].buf, (const int64_t *)f->v[F_TRUE_ID].buf,
+                     (const int64_t *)f->v[F_FALSE_ID].buf, (const double *)f->v[F_SPLIT].buf,
+                     (const uint8_t *)f->v[F_TRUE_LEAF].buf, (const uint8_t *)f->v[F_FALSE_LEAF].buf,
+                     (const uint8_t *)f->v[F_MISSING].buf, NULL, (const float *)f->v[F_WEIGHTS].buf,
+                     (float *)v[OUT].buf, f->targets, 0};
+    if (n < 4) {
+        score_rows(&call, 0, n);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        parallel_for(score_rows, &call, n, 1 + 4096 / (f->trees + 1));
+        Py_END_ALLOW_THREADS
+    }
+    if (wide != NULL && wide != stack) {
+        PyMem_Free(wide);
+    }
+    release_all(v, VIEWS);
+    if (call.bad) {
+        PyErr_SetString(PyExc_ValueError, "a tree walk left the nodes, looped, or ended outside the leaves");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}

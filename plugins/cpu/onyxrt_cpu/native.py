@@ -140,6 +140,7 @@ ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY = (
 )
 
 _F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
 
 #: Whether this CPU has AVX-512 (the compiled module's answer; False without the module):
 #: the register tiles of the compiled GEMM and NCHWc convolutions are sized for it.
@@ -295,13 +296,23 @@ def tree_scores(x: np.ndarray, forest: Any, weights: np.ndarray) -> np.ndarray |
     leaves it reaches, in tree order and in float32 — the sum of the gathered weights
     :func:`tree_leaves` leads to, without the (N, trees, targets) gather; ``None`` where
     the call does not qualify (as :func:`tree_leaves`)."""
-    arrays = _forest_arrays(x, forest)
-    leaves = forest.weight.shape[0]
-    if arrays is None or weights.dtype != _F32 or weights.shape != (leaves, forest.n_targets) or not leaves:
+    held = getattr(forest, "_compiled_scorer", None)
+    if held is None or held[0] is not weights:
+        arrays = _forest_arrays(x, forest)
+        leaves = forest.weight.shape[0]
+        if (arrays is None or not hasattr(_native, "tree_forest") or weights.dtype != _F32
+                or weights.shape != (leaves, forest.n_targets) or not leaves):
+            return None
+        # the node arrays and weights held in C once (the forest keeps the weights array
+        # it passes, so `held[0] is weights` recognises them on the next call)
+        held = (weights, _native.tree_forest(*arrays, np.ascontiguousarray(weights), leaves, forest.n_targets))
+        forest._compiled_scorer = held
+    if x.ndim != 2 or x.shape[1] < 1 or forest.members:
         return None
+    if x.dtype not in (_F32, _F64) or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x, dtype=np.float64)
     out = np.empty((x.shape[0], forest.n_targets), _F32)
-    _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
-                        leaves, np.ascontiguousarray(weights), forest.n_targets)
+    _native.tree_score(held[1], x, out, x.shape[0], x.shape[1])
     return out
 
 

@@ -453,6 +453,11 @@ def test_compiled_tree_scores_equal_the_gathered_sum(rows):
     np.testing.assert_array_equal(got, want)
     forest.scorer = native.tree_scores
     np.testing.assert_array_equal(forest.summed(x.astype(np.float32), np.float32), want)
+    # float64 rows as they are, strided rows through a copy; the forest is held once
+    held = forest._compiled_scorer
+    np.testing.assert_array_equal(native.tree_scores(x, forest, weights), want)
+    np.testing.assert_array_equal(native.tree_scores(np.asfortranarray(x), forest, weights), want)
+    assert forest._compiled_scorer is held
     # what it does not take: float64 weights, a shape that is not (leaves, targets)
     assert native.tree_scores(x, forest, weights.astype(np.float64)) is None
     assert native.tree_scores(x, forest, weights[:, :2]) is None
