@@ -75,10 +75,10 @@ softmax_rows(void *ctx, idx begin, idx end)
     onyxrt_softmax(c->x + begin * c->n, c->y + begin * c->n, end - begin, c->n);
 }
 
-PyObject *
-py_softmax(PyObject *self, PyObject *args)
+/* (x, out, n) from Python: `range` over out's rows of n floats, split over the pool. */
+static PyObject *
+rows_call(PyObject *args, void (*range)(void *, idx, idx))
 {
-    (void)self;
     PyObject *xo, *yo;
     idx n;
     if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
@@ -93,10 +93,17 @@ py_softmax(PyObject *self, PyObject *args)
     }
     Py_BEGIN_ALLOW_THREADS
     RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n};
-    parallel_for(softmax_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
+    parallel_for(range, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
     Py_END_ALLOW_THREADS
     release_all(views, VIEWS);
     Py_RETURN_NONE;
+}
+
+PyObject *
+py_softmax(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return rows_call(args, softmax_rows);
 }
 
 /* y = x - max - log(sum(exp(x - max))) per row, as the library computes it (the sum in
@@ -142,22 +149,5 @@ PyObject *
 py_log_softmax(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *xo, *yo;
-    idx n;
-    if (!PyArg_ParseTuple(args, "OOn", &xo, &yo, &n)) {
-        return NULL;
-    }
-    enum { X, Y, VIEWS };
-    Py_buffer views[VIEWS];
-    memset(views, 0, sizeof(views));
-    const idx rows = get_rows_f32(xo, yo, n, &views[X], &views[Y]);
-    if (rows < 0) {
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    RowsCall call = {(const float *)views[X].buf, (float *)views[Y].buf, n};
-    parallel_for(log_softmax_rows, &call, rows, 1 + MIN_PARALLEL_FLOATS / n);
-    Py_END_ALLOW_THREADS
-    release_all(views, VIEWS);
-    Py_RETURN_NONE;
+    return rows_call(args, log_softmax_rows);
 }
