@@ -604,6 +604,49 @@ def test_attention_scores_fold_the_transpose_and_scale(tmp_path):
     _assert_equivalent(model, {"q": _randn(1, 2, 4, 8), "k": _randn(1, 2, 4, 8, seed=1)})
 
 
+def _scaled_attention(q_scale_op: str = "Mul", k_consumers: int = 1, k_scale_shape=()):
+    """q (scaled) @ kᵀ (transposed from [1, H, D, T] by the export's perm, then scaled): how
+    transformers' SDPA exports scale both operands by sqrt(1/sqrt(d)), then a Div."""
+    q_inputs = ["sq", "q"] if q_scale_op == "MulLeft" else ["q", "sq"]
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 1, 3, 2]),
+        helper.make_node("Div" if q_scale_op == "Div" else "Mul", q_inputs, ["qs"], name="qs"),
+        helper.make_node("Mul", ["kt", "sk"], ["ks"], name="ks"),
+        helper.make_node("MatMul", ["qs", "ks"], ["s"], name="qk"),
+        helper.make_node("Div", ["s", "d"], ["y"], name="out_scale"),
+    ]
+    outputs = [tensor("y", [1, 2, 4, 4])]
+    if k_consumers > 1:
+        nodes.append(helper.make_node("Identity", ["ks"], ["ks_out"], name="keep"))
+        outputs.append(tensor("ks_out", [1, 2, 8, 4]))
+    inits = {"sq": np.array(0.3535534, np.float32), "sk": np.full(k_scale_shape, 0.5, np.float32),
+             "d": np.array(2.0, np.float32)}
+    return make_model(nodes, [tensor("q", [1, 2, 4, 8]), tensor("k", [1, 2, 4, 8])], outputs, inits)
+
+
+@pytest.mark.parametrize("q_scale_op", ["Mul", "MulLeft", "Div"])
+def test_scaled_operands_fold_into_alpha(tmp_path, q_scale_op):
+    """MatMulScaleFusion on the inputs: both operands' scalar scales and the product's
+    Div become FusedMatMul's alpha (transposes folded under and over the scales)."""
+    model = _scaled_attention(q_scale_op)
+    path = tmp_path / "optimized.onnx"
+    _session(model, path=str(path))
+    (node,) = onnx.load(str(path)).graph.node
+    assert (node.domain, node.op_type) == (FUSED_DOMAIN, "FusedMatMul")
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    q_factor = 1 / 0.3535534 if q_scale_op == "Div" else 0.3535534
+    assert attrs["transB"] == 1 and math.isclose(attrs["alpha"], q_factor * 0.5 / 2.0, rel_tol=1e-6)
+    _assert_equivalent(model, {"q": _randn(1, 2, 4, 8), "k": _randn(1, 2, 4, 8, seed=1)})
+
+
+@pytest.mark.parametrize(("k_consumers", "k_scale_shape"), [(2, ()), (1, (1, 2, 8, 4))])
+def test_scales_stay_where_they_are_read_twice_or_are_not_scalars(tmp_path, k_consumers, k_scale_shape):
+    model = _scaled_attention(k_consumers=k_consumers, k_scale_shape=k_scale_shape)
+    ops = _optimized_ops(model, tmp_path)
+    assert "FusedMatMul" in ops and "Mul" in ops  # q's scale folded, k's kept
+    _assert_equivalent(model, {"q": _randn(1, 2, 4, 8), "k": _randn(1, 2, 4, 8, seed=1)})
+
+
 # -- transformer patterns -----------------------------------------------------------------
 
 
