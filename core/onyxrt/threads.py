@@ -24,7 +24,7 @@ from typing import Any
 
 __all__ = ["intra_op_limit", "set_global_thread_pool_sizes", "global_thread_pool_sizes"]
 
-_controller: Any = None
+_libraries: tuple[Any, ...] | None = None  # threadpoolctl's BLAS controllers, once scanned
 _lock = threading.Lock()
 _global_sizes: tuple[int, int] | None = None
 
@@ -51,13 +51,13 @@ def global_thread_pool_sizes() -> tuple[int, int] | None:
 
 def _blas_libraries() -> tuple[Any, ...]:
     """threadpoolctl's controllers of the loaded BLAS libraries (scanned once, on first use)."""
-    global _controller
+    global _libraries
     with _lock:
-        if _controller is None:
+        if _libraries is None:
             from threadpoolctl import ThreadpoolController
 
-            _controller = tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
-        return _controller
+            _libraries = tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
+        return _libraries
 
 
 class _BlasThreadLimit:

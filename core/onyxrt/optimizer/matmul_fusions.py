@@ -61,17 +61,30 @@ def _input_scale(
     node = rw.produced_by(name, "Mul") or rw.produced_by(name, "Div")
     if node is None or not rw.feeds_only(name, consumer) or len(node.input) != 2:
         return None
-    for source, constant in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
-        if node.op_type == "Div" and constant != node.input[1]:
-            continue
-        value = rw.scalar(constant)
-        if value is None or (node.op_type == "Div" and value == 0) or rw.array(source) is not None:
+    for source in node.input:
+        factor = _scale_factor(rw, node, source)
+        if factor is None or rw.array(source) is not None:
             continue
         rank = _rank(rw, source)
         if rank is None or rank != _rank(rw, name) or rw.dtype(source) != dtype:
             continue  # a scalar that broadcast the operand to a higher rank, or another type
-        return node, (value if node.op_type == "Mul" else 1.0 / value), source
+        return node, factor, source
     return None
+
+
+def _scale_factor(rw: Rewrite, node: onnx.NodeProto, source: str) -> float | None:
+    """The factor ``node`` (a default-domain Mul or Div of two inputs) applies to its input
+    ``source``: the other input when it is a scalar constant (for Div, the divisor: its
+    reciprocal, and not 0), else None."""
+    if node.op_type not in ("Mul", "Div") or node.domain not in DEFAULT_DOMAINS or len(node.input) != 2:
+        return None
+    constant = other_input(node, source)
+    if node.op_type == "Div" and (constant != node.input[1] or source != node.input[0]):
+        return None
+    value = rw.scalar(constant)
+    if value is None or (node.op_type == "Div" and value == 0):
+        return None
+    return value if node.op_type == "Mul" else 1.0 / value
 
 
 def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
@@ -109,14 +122,12 @@ def fuse_matmul(model: onnx.ModelProto, ctx: PassContext) -> onnx.ModelProto:
                 pattern.append(scale)
         out = mm.output[0]
         nxt = rw.sole_consumer(out)
-        if nxt is not None and nxt.op_type in ("Mul", "Div") and nxt.domain in DEFAULT_DOMAINS:
-            other = other_input(nxt, out)
-            factor = rw.scalar(other)
-            if factor is not None and (nxt.op_type == "Mul" or (other == nxt.input[1] and factor != 0)):
-                alpha *= factor if nxt.op_type == "Mul" else 1.0 / factor
-                pattern.append(nxt)
-                out = nxt.output[0]
-                nxt = rw.sole_consumer(out)
+        factor = None if nxt is None else _scale_factor(rw, nxt, out)
+        if nxt is not None and factor is not None:
+            alpha *= factor
+            pattern.append(nxt)
+            out = nxt.output[0]
+            nxt = rw.sole_consumer(out)
         bias = ""
         if nxt is not None and nxt.op_type == "Add" and nxt.domain in DEFAULT_DOMAINS:
             other = other_input(nxt, out)

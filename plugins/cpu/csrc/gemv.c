@@ -99,6 +99,23 @@ gemv_panel_floats(idx k, idx n)
     return (n + GEMV_PANEL - 1) / GEMV_PANEL * GEMV_PANEL * k;
 }
 
+enum { GEMV_A, GEMV_B, GEMV_Y, GEMV_BIAS, GEMV_VIEWS };
+
+/* The buffers of a one-row product: a (k), b (k x n in panels), the written output y (n,
+ * named `yname` in errors), bias (n) or None. 0, or -1 with an exception and nothing held. */
+static int
+get_gemv_views(PyObject *ao, PyObject *bo, PyObject *yo, PyObject *biaso, idx k, idx n,
+               const char *yname, Py_buffer v[GEMV_VIEWS])
+{
+    memset(v, 0, sizeof(Py_buffer) * GEMV_VIEWS);
+    if (get_f32(ao, &v[GEMV_A], 0, k, "a") < 0 || get_f32(bo, &v[GEMV_B], 0, gemv_panel_floats(k, n), "b") < 0 ||
+        get_f32(yo, &v[GEMV_Y], 1, n, yname) < 0 || get_optional_f32(biaso, &v[GEMV_BIAS], n, "bias") < 0) {
+        release_all(v, GEMV_VIEWS);
+        return -1;
+    }
+    return 0;
+}
+
 /* gemv(a, b, y, k, n[, bias, act, p0, p1]): float32 a (k), b (k, n) in panels of 64
  * columns (gemv_panel_floats of them), y (n) written; bias (n) or None. */
 PyObject *
@@ -115,18 +132,14 @@ py_gemv(PyObject *self, PyObject *args)
     if (check_activation(act) < 0 || check_positive("k", k, 1) < 0 || check_positive("n", n, 1) < 0) {
         return NULL;
     }
-    enum { A, B, Y, BIAS, VIEWS };
-    Py_buffer v[VIEWS];
-    memset(v, 0, sizeof(v));
-    if (get_f32(ao, &v[A], 0, k, "a") < 0 || get_f32(bo, &v[B], 0, gemv_panel_floats(k, n), "b") < 0 ||
-        get_f32(yo, &v[Y], 1, n, "y") < 0 || get_optional_f32(biaso, &v[BIAS], n, "bias") < 0) {
-        release_all(v, VIEWS);
+    Py_buffer v[GEMV_VIEWS];
+    if (get_gemv_views(ao, bo, yo, biaso, k, n, "y", v) < 0) {
         return NULL;
     }
     /* A layer of a batch-1 model: microseconds, not worth releasing the GIL for. */
-    gemv_row((const float *)v[A].buf, (const float *)v[B].buf, (float *)v[Y].buf, k, n,
-             (const float *)v[BIAS].buf, act, p0, p1);
-    release_all(v, VIEWS);
+    gemv_row((const float *)v[GEMV_A].buf, (const float *)v[GEMV_B].buf, (float *)v[GEMV_Y].buf, k, n,
+             (const float *)v[GEMV_BIAS].buf, act, p0, p1);
+    release_all(v, GEMV_VIEWS);
     Py_RETURN_NONE;
 }
 
@@ -153,17 +166,13 @@ py_classify_row(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "classify_row: post must be 0 (none) or 1 (softmax)");
         return NULL;
     }
-    enum { A, B, S, BIAS, VIEWS };
-    Py_buffer v[VIEWS];
-    memset(v, 0, sizeof(v));
-    if (get_f32(ao, &v[A], 0, k, "a") < 0 || get_f32(bo, &v[B], 0, gemv_panel_floats(k, n), "b") < 0 ||
-        get_f32(so, &v[S], 1, n, "scores") < 0 || get_optional_f32(biaso, &v[BIAS], n, "bias") < 0) {
-        release_all(v, VIEWS);
+    Py_buffer v[GEMV_VIEWS];
+    if (get_gemv_views(ao, bo, so, biaso, k, n, "scores", v) < 0) {
         return NULL;
     }
-    float *scores = (float *)v[S].buf;
-    gemv_row((const float *)v[A].buf, (const float *)v[B].buf, scores, k, n,
-             (const float *)v[BIAS].buf, ACT_NONE, 0.0f, 0.0f);
+    float *scores = (float *)v[GEMV_Y].buf;
+    gemv_row((const float *)v[GEMV_A].buf, (const float *)v[GEMV_B].buf, scores, k, n,
+             (const float *)v[GEMV_BIAS].buf, ACT_NONE, 0.0f, 0.0f);
     idx best = 0;
     for (idx j = 1; j < n; j++) {
         if (scores[j] > scores[best]) {
@@ -173,7 +182,7 @@ py_classify_row(PyObject *self, PyObject *args)
     if (post == 1) {
         onyxrt_softmax(scores, scores, 1, n);
     }
-    release_all(v, VIEWS);
+    release_all(v, GEMV_VIEWS);
     return PyLong_FromSsize_t(best);
 }
 

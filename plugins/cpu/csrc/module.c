@@ -33,9 +33,6 @@ static PyMethodDef methods[] = {
     {"elementwise_group", py_elementwise_group, METH_VARARGS,
      "elementwise_group(inputs, kinds, y, program, row): FusedElementwise's program over its "
      "float32 inputs into y in one pass."},
-    {"tree_leaves", py_tree_leaves, METH_VARARGS,
-     "tree_leaves(x, roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf, "
-     "missing_true, out, n, features, leaves): the leaf each (sample, tree) reaches."},
     {"accumulators_to_float", py_accumulators_to_float, METH_VARARGS,
      "accumulators_to_float(acc, scale, bias, y, rows, n): y = float32(acc) * scale + bias, "
      "in one pass."},
@@ -81,10 +78,12 @@ static PyMethodDef methods[] = {
      "act, p0, p1]): C = act(A @ B + bias + z) (C and z 2-D, rows contiguous)."},
     {"tree_forest", py_tree_forest, METH_VARARGS,
      "tree_forest(roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf, "
-     "missing_true, weights, leaves, targets) -> a forest held for tree_score."},
-    {"tree_score", py_tree_score, METH_VARARGS,
-     "tree_score(forest, x, out, n, features): out (n, targets) = each row's summed leaf "
-     "weights; x float32 or float64."},
+     "missing_true, weights, leaves, targets) -> a forest held for tree_run (weights None: "
+     "a walk forest)."},
+    {"tree_run", py_tree_run, METH_VARARGS,
+     "tree_run(forest, x, out, n, features): out int64 (n, trees) = the leaves reached, or "
+     "for a forest with weights float32 (n, targets) = each row's summed leaf weights; x "
+     "float32 or float64."},
     {"classify_row", py_classify_row, METH_VARARGS,
      "classify_row(a, b, scores, k, n, bias, post) -> index: scores = a @ B + bias (B in "
      "gemv's panels), its arg-max (first of ties, NaN never wins), then softmax (post 1)."},

@@ -161,7 +161,6 @@ PyObject *py_recurrent(PyObject *self, PyObject *args);
 PyObject *py_quantize8(PyObject *self, PyObject *args);
 PyObject *py_dequantize4(PyObject *self, PyObject *args);
 PyObject *py_accumulators_to_float(PyObject *self, PyObject *args);
-PyObject *py_tree_leaves(PyObject *self, PyObject *args);
 PyObject *py_elementwise_group(PyObject *self, PyObject *args);
 
 /* logistic.c: onnxruntime's Sigmoid and Tanh on n floats (y may be x). */
@@ -219,7 +218,7 @@ PyObject *py_pad(PyObject *self, PyObject *args);
 PyObject *py_log_softmax(PyObject *self, PyObject *args);
 PyObject *py_classify_row(PyObject *self, PyObject *args);
 PyObject *py_tree_forest(PyObject *self, PyObject *args);
-PyObject *py_tree_score(PyObject *self, PyObject *args);
+PyObject *py_tree_run(PyObject *self, PyObject *args);
 /* softmax.c: softmax over `rows` contiguous rows of n floats (y may be x). */
 void onyxrt_softmax(const float *x, float *y, idx rows, idx n);
 PyObject *py_set_threads(PyObject *self, PyObject *args);

@@ -99,91 +99,15 @@ score_rows(void *ctx, idx begin, idx end)
     }
 }
 
-/* tree_leaves(x, roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf,
- * missing_true, out, n, features, leaves[, weights, targets]): x float64 (n, features);
- * int64 node arrays; uint8 flags; out int64 (n, trees) — or, with float32 weights
- * (leaves, targets), out float32 (n, targets): the rows' summed leaf weights. */
-PyObject *
-py_tree_leaves(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *o[12];
-    Py_ssize_t n, features, leaves, targets = 0;
-    o[11] = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOnnn|On", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8], &o[9], &o[10], &n, &features, &leaves, &o[11], &targets)) {
-        return NULL;
-    }
-    const int scoring = o[11] != Py_None;
-    if (scoring && (targets < 1 || leaves < 1)) {
-        PyErr_SetString(PyExc_ValueError, "tree_leaves: weights need targets >= 1 and leaves >= 1");
-        return NULL;
-    }
-    enum { X, ROOTS, FEATURE, SPLIT, MODE, TRUE_ID, TRUE_LEAF, FALSE_ID, FALSE_LEAF, MISSING, OUT, WEIGHTS, VIEWS };
-    Py_buffer v[VIEWS];
-    memset(v, 0, sizeof(v));
-    if (n < 0 || features < 1 || get_bytes(o[FEATURE], &v[FEATURE], 0, 0, 8, "feature") < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "tree_leaves: bad dimensions");
-        }
-        return NULL;
-    }
-    const idx nodes = v[FEATURE].len / 8;
-    if (get_bytes(o[ROOTS], &v[ROOTS], 0, 0, 8, "roots") < 0) {
-        release_all(v, VIEWS);
-        return NULL;
-    }
-    const idx trees = v[ROOTS].len / 8;
-    if (get_bytes(o[X], &v[X], 0, n * features, 8, "x") < 0 ||
-        get_bytes(o[SPLIT], &v[SPLIT], 0, nodes, 8, "split") < 0 ||
-        get_bytes(o[MODE], &v[MODE], 0, nodes, 8, "mode") < 0 ||
-        get_bytes(o[TRUE_ID], &v[TRUE_ID], 0, nodes, 8, "true_id") < 0 ||
-        get_bytes(o[TRUE_LEAF], &v[TRUE_LEAF], 0, nodes, 1, "true_leaf") < 0 ||
-        get_bytes(o[FALSE_ID], &v[FALSE_ID], 0, nodes, 8, "false_id") < 0 ||
-        get_bytes(o[FALSE_LEAF], &v[FALSE_LEAF], 0, nodes, 1, "false_leaf") < 0 ||
-        get_bytes(o[MISSING], &v[MISSING], 0, nodes, 1, "missing_true") < 0 ||
-        (scoring ? get_f32(o[OUT], &v[OUT], 1, n * targets, "out") < 0 ||
-                       get_f32(o[WEIGHTS], &v[WEIGHTS], 0, leaves * targets, "weights") < 0
-                 : get_bytes(o[OUT], &v[OUT], 1, n * trees, 8, "out") < 0)) {
-        release_all(v, VIEWS);
-        return NULL;
-    }
-    TreeCall call = {(const double *)v[X].buf, n, features, trees, nodes, leaves,
-                     (const int64_t *)v[ROOTS].buf, (const int64_t *)v[FEATURE].buf,
-                     (const int64_t *)v[MODE].buf, (const int64_t *)v[TRUE_ID].buf,
-                     (const int64_t *)v[FALSE_ID].buf, (const double *)v[SPLIT].buf,
-                     (const uint8_t *)v[TRUE_LEAF].buf, (const uint8_t *)v[FALSE_LEAF].buf,
-                     (const uint8_t *)v[MISSING].buf,
-                     scoring ? NULL : (int64_t *)v[OUT].buf,
-                     scoring ? (const float *)v[WEIGHTS].buf : NULL,
-                     scoring ? (float *)v[OUT].buf : NULL, targets, 0};
-    if (n < 4) {
-        /* a sample or two: microseconds, not worth the pool's hand-off */
-        (scoring ? score_rows : walk_rows)(&call, 0, n);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        /* A row is `trees` walks: a few hundred ns each. */
-        parallel_for(scoring ? score_rows : walk_rows, &call, n, 1 + 4096 / (trees + 1));
-        Py_END_ALLOW_THREADS
-    }
-    release_all(v, VIEWS);
-    if (call.bad) {
-        PyErr_SetString(PyExc_ValueError,
-                        "a tree walk left the nodes, looped, or ended outside the leaves");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-/* A forest's node arrays and leaf weights held once (tree_forest), so that a call for one
- * sample passes only its row and the output (tree_score): acquiring the eleven buffers of
- * tree_leaves on every call was most of a one-sample random forest's ~3 us. */
+/* A forest's node arrays (and, for scoring, its leaf weights) held once (tree_forest), so
+ * that a call passes only its rows and the output (tree_run): acquiring the forest's
+ * buffers on every call was most of a one-sample random forest's ~3 us. */
 enum { F_ROOTS, F_FEATURE, F_SPLIT, F_MODE, F_TRUE_ID, F_TRUE_LEAF, F_FALSE_ID, F_FALSE_LEAF, F_MISSING,
        F_WEIGHTS, F_VIEWS };
 
 typedef struct {
     Py_buffer v[F_VIEWS];
-    idx trees, nodes, leaves, targets;
+    idx trees, nodes, leaves, targets; /* targets 0: a walk forest (no weights) */
 } Forest;
 
 static const char FOREST_CAPSULE[] = "onyxrt.forest";
@@ -199,8 +123,9 @@ forest_destroy(PyObject *capsule)
 }
 
 /* tree_forest(roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf,
- * missing_true, weights, leaves, targets) -> a capsule for tree_score (arrays as
- * tree_leaves takes them; weights float32 (leaves, targets)). */
+ * missing_true, weights, leaves, targets) -> a capsule for tree_run: int64 node arrays,
+ * uint8 flags; weights None (tree_run gives the leaves reached) or float32 (leaves,
+ * targets) (tree_run gives the rows' summed leaf weights). */
 PyObject *
 py_tree_forest(PyObject *self, PyObject *args)
 {
@@ -211,8 +136,9 @@ py_tree_forest(PyObject *self, PyObject *args)
                           &o[8], &o[9], &leaves, &targets)) {
         return NULL;
     }
-    if (leaves < 1 || targets < 1) {
-        PyErr_SetString(PyExc_ValueError, "tree_forest: needs leaves >= 1 and targets >= 1");
+    const int scoring = o[F_WEIGHTS] != Py_None;
+    if (leaves < 0 || (scoring && (leaves < 1 || targets < 1))) {
+        PyErr_SetString(PyExc_ValueError, "tree_forest: weights need leaves >= 1 and targets >= 1");
         return NULL;
     }
     Forest *f = (Forest *)PyMem_Calloc(1, sizeof(Forest));
@@ -229,7 +155,7 @@ py_tree_forest(PyObject *self, PyObject *args)
          get_bytes(o[F_FALSE_ID], &f->v[F_FALSE_ID], 0, nodes, 8, "false_id") == 0 &&
          get_bytes(o[F_FALSE_LEAF], &f->v[F_FALSE_LEAF], 0, nodes, 1, "false_leaf") == 0 &&
          get_bytes(o[F_MISSING], &f->v[F_MISSING], 0, nodes, 1, "missing_true") == 0 &&
-         get_f32(o[F_WEIGHTS], &f->v[F_WEIGHTS], 0, leaves * targets, "weights") == 0;
+         (!scoring || get_f32(o[F_WEIGHTS], &f->v[F_WEIGHTS], 0, leaves * targets, "weights") == 0);
     if (!ok) {
         release_all(f->v, F_VIEWS);
         PyMem_Free(f);
@@ -238,7 +164,7 @@ py_tree_forest(PyObject *self, PyObject *args)
     f->trees = f->v[F_ROOTS].len / 8;
     f->nodes = nodes;
     f->leaves = leaves;
-    f->targets = targets;
+    f->targets = scoring ? targets : 0;
     PyObject *capsule = PyCapsule_New(f, FOREST_CAPSULE, forest_destroy);
     if (capsule == NULL) {
         release_all(f->v, F_VIEWS);
@@ -247,12 +173,12 @@ py_tree_forest(PyObject *self, PyObject *args)
     return capsule;
 }
 
-/* tree_score(forest, x, out, n, features): out float32 (n, targets) = each row's summed
- * leaf weights (as tree_leaves with weights), x float32 or float64 (n, features) by its
- * element size, float32 rows widened to float64 for the comparisons (as the Python side
- * widened them before). */
+/* tree_run(forest, x, out, n, features): x float32 or float64 (n, features) by its element
+ * size, float32 rows widened to float64 for the comparisons; out int64 (n, trees), the
+ * leaves reached, for a walk forest, float32 (n, targets), the summed leaf weights, for a
+ * scoring one. */
 PyObject *
-py_tree_score(PyObject *self, PyObject *args)
+py_tree_run(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *fo, *xo, *oo;
@@ -265,12 +191,13 @@ py_tree_score(PyObject *self, PyObject *args)
         return NULL;
     }
     if (n < 0 || features < 1) {
-        PyErr_SetString(PyExc_ValueError, "tree_score: bad dimensions");
+        PyErr_SetString(PyExc_ValueError, "tree_run: bad dimensions");
         return NULL;
     }
     if (n == 0) {
         Py_RETURN_NONE;
     }
+    const int scoring = f->targets > 0;
     enum { X, OUT, VIEWS };
     Py_buffer v[VIEWS];
     memset(v, 0, sizeof(v));
@@ -279,9 +206,10 @@ py_tree_score(PyObject *self, PyObject *args)
     }
     const idx size = v[X].len / (n * features);
     if ((size != 4 && size != 8) || v[X].len != n * features * size ||
-        get_f32(oo, &v[OUT], 1, n * f->targets, "out") < 0) {
+        (scoring ? get_f32(oo, &v[OUT], 1, n * f->targets, "out")
+                 : get_bytes(oo, &v[OUT], 1, n * f->trees, 8, "out")) < 0) {
         if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "tree_score: x must be float32 or float64 (n, features)");
+            PyErr_SetString(PyExc_ValueError, "tree_run: x must be float32 or float64 (n, features)");
         }
         release_all(v, VIEWS);
         return NULL;
@@ -306,13 +234,17 @@ py_tree_score(PyObject *self, PyObject *args)
                      (const int64_t *)f->v[F_MODE].buf, (const int64_t *)f->v[F_TRUE_ID].buf,
                      (const int64_t *)f->v[F_FALSE_ID].buf, (const double *)f->v[F_SPLIT].buf,
                      (const uint8_t *)f->v[F_TRUE_LEAF].buf, (const uint8_t *)f->v[F_FALSE_LEAF].buf,
-                     (const uint8_t *)f->v[F_MISSING].buf, NULL, (const float *)f->v[F_WEIGHTS].buf,
-                     (float *)v[OUT].buf, f->targets, 0};
+                     (const uint8_t *)f->v[F_MISSING].buf,
+                     scoring ? NULL : (int64_t *)v[OUT].buf,
+                     scoring ? (const float *)f->v[F_WEIGHTS].buf : NULL,
+                     scoring ? (float *)v[OUT].buf : NULL, f->targets, 0};
     if (n < 4) {
-        score_rows(&call, 0, n);
+        /* a sample or two: microseconds, not worth the pool's hand-off */
+        (scoring ? score_rows : walk_rows)(&call, 0, n);
     } else {
         Py_BEGIN_ALLOW_THREADS
-        parallel_for(score_rows, &call, n, 1 + 4096 / (f->trees + 1));
+        /* A row is `trees` walks: a few hundred ns each. */
+        parallel_for(scoring ? score_rows : walk_rows, &call, n, 1 + 4096 / (f->trees + 1));
         Py_END_ALLOW_THREADS
     }
     if (wide != NULL && wide != stack) {

@@ -53,10 +53,10 @@ def _symbol(library: ctypes.CDLL, name: str) -> Any:
     return None
 
 
-def _openblas_libraries() -> list[tuple[str, str | None]]:
-    """(path, version) of each pthreads OpenBLAS loaded in the process.
+def _openblas_libraries() -> list[tuple[str, str | None, ctypes.CDLL]]:
+    """(path, version, the library opened) of each pthreads OpenBLAS loaded in the process.
 
-    On Linux, read from the process's own memory map: ~0.3 ms, where threadpoolctl's
+    On Linux, found in the process's own memory map: ~0.3 ms, where threadpoolctl's
     import and scan of every loaded library cost 3-5 ms of the first session's creation.
     Elsewhere (no /proc), threadpoolctl's record."""
     try:
@@ -66,8 +66,7 @@ def _openblas_libraries() -> list[tuple[str, str | None]]:
     except OSError:
         from threadpoolctl import threadpool_info
 
-        return [(info["filepath"], info.get("version")) for info in threadpool_info()
-                if info.get("internal_api") == "openblas" and info.get("threading_layer") == "pthreads"]
+        paths = [info["filepath"] for info in threadpool_info() if info.get("internal_api") == "openblas"]
     found = []
     for path in paths:
         try:
@@ -77,7 +76,7 @@ def _openblas_libraries() -> list[tuple[str, str | None]]:
         parallel = _symbol(library, "openblas_get_parallel")  # 1: pthreads, 2: OpenMP, 0: none
         if parallel is None or parallel() != 1:
             continue
-        found.append((path, _openblas_version(library)))
+        found.append((path, _openblas_version(library), library))
     return found
 
 
@@ -94,8 +93,7 @@ def _openblas_version(library: ctypes.CDLL) -> str | None:
 def _libraries() -> list[tuple[str, Any, Any]]:
     """(name, callback setter, thread-count getter) for each OpenBLAS that takes the pool."""
     found = []
-    for path, version in _openblas_libraries():
-        library = ctypes.CDLL(path)
+    for path, version, library in _openblas_libraries():
         set_callback = _symbol(library, "openblas_set_threads_callback_function")
         get_threads = _symbol(library, "openblas_get_num_threads")
         if set_callback is not None and get_threads is not None:

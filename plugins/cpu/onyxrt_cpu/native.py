@@ -277,18 +277,15 @@ def elementwise_group(inputs: tuple[np.ndarray, ...], kinds: tuple[int, ...], y:
 
 
 def tree_leaves(x: np.ndarray, forest: Any) -> np.ndarray | None:
-    """The leaf each (sample, tree) of float64 ``x`` (N, features) reaches in ``forest``
-    (an :class:`onyxrt_ops.ml` forest: roots, feature, split, mode, true/false ids and leaf
+    """The leaf each (sample, tree) of ``x`` (N, features) reaches in ``forest`` (an
+    :class:`onyxrt_ops.ml` forest: roots, feature, split, mode, true/false ids and leaf
     flags, missing_true), as int64 (N, trees); ``None`` when the call does not qualify
     (module not built, BRANCH_MEMBER nodes). ``ValueError`` for a walk that leaves the
     nodes or loops."""
-    arrays = _forest_arrays(x, forest)
-    if arrays is None:
+    held = _held_forest(x, forest, None)
+    if held is None:
         return None
-    out = np.empty((x.shape[0], len(forest.roots)), np.int64)
-    _native.tree_leaves(np.ascontiguousarray(x, dtype=np.float64), *arrays, out, x.shape[0], x.shape[1],
-                        forest.weight.shape[0])
-    return out
+    return _run_forest(held, x, np.empty((x.shape[0], len(forest.roots)), np.int64))
 
 
 def tree_scores(x: np.ndarray, forest: Any, weights: np.ndarray) -> np.ndarray | None:
@@ -296,40 +293,43 @@ def tree_scores(x: np.ndarray, forest: Any, weights: np.ndarray) -> np.ndarray |
     leaves it reaches, in tree order and in float32 — the sum of the gathered weights
     :func:`tree_leaves` leads to, without the (N, trees, targets) gather; ``None`` where
     the call does not qualify (as :func:`tree_leaves`)."""
-    held = getattr(forest, "_compiled_scorer", None)
+    leaves = forest.weight.shape[0]
+    if weights.dtype != _F32 or weights.shape != (leaves, forest.n_targets) or not leaves:
+        return None
+    held = _held_forest(x, forest, weights)
+    if held is None:
+        return None
+    return _run_forest(held, x, np.empty((x.shape[0], forest.n_targets), _F32))
+
+
+def _held_forest(x: np.ndarray, forest: Any, weights: np.ndarray | None) -> Any:
+    """The compiled module's hold on ``forest`` (``tree_forest``: its node arrays, and
+    ``weights`` for scoring), made once per forest and kind; None when the walk does not
+    apply to ``x`` or the forest. The forest keeps the weights array it passes, so
+    ``held[0] is weights`` recognises it on the next call."""
+    if not ENABLED or not hasattr(_native, "tree_forest") or forest.members or x.ndim != 2 or x.shape[1] < 1:
+        return None
+    attr = "_compiled_walk" if weights is None else "_compiled_scorer"
+    held = getattr(forest, attr, None)
     if held is None or held[0] is not weights:
-        arrays = _forest_arrays(x, forest)
-        leaves = forest.weight.shape[0]
-        if (arrays is None or not hasattr(_native, "tree_forest") or weights.dtype != _F32
-                or weights.shape != (leaves, forest.n_targets) or not leaves):
-            return None
-        # the node arrays and weights held in C once (the forest keeps the weights array
-        # it passes, so `held[0] is weights` recognises them on the next call)
-        held = (weights, _native.tree_forest(*arrays, np.ascontiguousarray(weights), leaves, forest.n_targets))
-        forest._compiled_scorer = held
-    if x.ndim != 2 or x.shape[1] < 1 or forest.members:
-        return None
-    if x.dtype not in (_F32, _F64) or not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x, dtype=np.float64)
-    out = np.empty((x.shape[0], forest.n_targets), _F32)
-    _native.tree_score(held[1], x, out, x.shape[0], x.shape[1])
-    return out
-
-
-def _forest_arrays(x: np.ndarray, forest: Any) -> tuple[np.ndarray, ...] | None:
-    """The forest's node arrays as the compiled walk takes them (made once per forest),
-    or None when the walk does not apply."""
-    if not ENABLED or not hasattr(_native, "tree_leaves") or forest.members or x.ndim != 2 or x.shape[1] < 1:
-        return None
-    arrays: tuple[np.ndarray, ...] | None = getattr(forest, "_compiled_arrays", None)
-    if arrays is None:
         as64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
         as8 = lambda a: np.ascontiguousarray(a, dtype=np.uint8)  # noqa: E731
         arrays = (as64(forest.roots), as64(forest.feature), np.ascontiguousarray(forest.split, dtype=np.float64),
                   as64(forest.mode), as64(forest.true_id), as8(forest.true_leaf), as64(forest.false_id),
                   as8(forest.false_leaf), as8(forest.missing_true))
-        forest._compiled_arrays = arrays
-    return arrays
+        table = None if weights is None else np.ascontiguousarray(weights)
+        held = (weights, _native.tree_forest(*arrays, table, forest.weight.shape[0], forest.n_targets))
+        setattr(forest, attr, held)
+    return held
+
+
+def _run_forest(held: Any, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``tree_run`` of a held forest over the rows of ``x`` (float32 or float64 as they are
+    when C-contiguous) into ``out``."""
+    if x.dtype not in (_F32, _F64) or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+    _native.tree_run(held[1], x, out, x.shape[0], x.shape[1])
+    return out
 
 
 def accumulators_to_float(acc: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray | None:

@@ -56,7 +56,7 @@ def test_openblas_found_from_the_memory_map_as_threadpoolctl_finds_it():
     versions; elsewhere it is threadpoolctl's record itself."""
     expected = sorted((os.path.realpath(i["filepath"]), i.get("version")) for i in threadpool_info()
                       if i.get("internal_api") == "openblas" and i.get("threading_layer") == "pthreads")
-    found = sorted((os.path.realpath(path), version) for path, version in blas_threads._openblas_libraries())
+    found = sorted((os.path.realpath(path), version) for path, version, _ in blas_threads._openblas_libraries())
     assert found == expected
 
 

@@ -774,9 +774,9 @@ class LinearClassifier(_MLKernel):
         # service scoring one sample at a time
         row_product = self.backend.extras.get("row_product")
         self._row_product = row_product(self._coef_t) if row_product is not None else None
-        # the backend's whole one-row classification (``classify_row(x, scores, bias, post)``
-        # → the arg-max, scores transformed in place; None: declines) for several score
-        # columns under NONE or SOFTMAX, where the product is compiled
+        # the backend's whole one-row classification (``classify_row(product, x, scores,
+        # bias, post)`` → the arg-max, the scores written and transformed in place) for
+        # several score columns under NONE or SOFTMAX, where the product is compiled
         classify = self.backend.extras.get("classify_row")
         self._classify_row = (classify if classify is not None and self._row_product is not None
                               and n > 1 and self.post in (0, 1) else None)

@@ -563,18 +563,17 @@ class Padding(Steered):
         pb, pe = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
         if not any(pb) and not any(pe):
             return x
+        shape = [d + b + e for d, b, e in zip(x.shape, pb, pe)]
+        self.check_size(shape, x)
         compiled = self.backend.extras.get("pad")  # a backend's one-pass pad (None: declines)
         if compiled is not None:
-            self.check_size([d + b + e for d, b, e in zip(x.shape, pb, pe)], x)
             out = compiled(x, pb, pe, mode, value)
             if out is not None:
                 return out
         if mode == "constant":
-            out = self.blank([d + b + e for d, b, e in zip(x.shape, pb, pe)], x, value)
+            out = self.blank(shape, x, value)
             out[tuple(slice(b, b + d) for d, b in zip(x.shape, pb))] = x
             return out
-        shape = [d + b + e for d, b, e in zip(x.shape, pb, pe)]
-        self.check_size(shape, x)
         pads = [(axis, d, b, e) for axis, (d, b, e) in enumerate(zip(x.shape, pb, pe)) if b or e]
         if any(d == 0 for _, d, _, _ in pads):
             raise ValueError(f"Pad: mode {mode!r} cannot pad an empty axis")
