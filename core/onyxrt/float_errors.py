@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ignore_float_errors", "restore_float_errors", "quiet_float_errors", "float_errors_ignored"]
+__all__ = ["ignore_float_errors", "restore_float_errors", "quiet_float_errors", "float_errors_ignored",
+           "extobj_variable"]
 
 _extobj_contextvar: Any = None
 _make_extobj: Any = None
@@ -49,6 +50,12 @@ def ignore_float_errors() -> Any:
         ignoring = _make_extobj(all="ignore")
         _pair = (current, ignoring)
     return _extobj_contextvar.set(ignoring)
+
+
+def extobj_variable() -> Any:
+    """numpy's context variable of the floating-point error state (None with numpy 1.x):
+    a compiled run path sets it as :func:`ignore_float_errors` does, from ``_pair``."""
+    return _extobj_contextvar
 
 
 def restore_float_errors(token: Any) -> None:

@@ -258,9 +258,10 @@ class ExecutionPlan:
                 get = operator.itemgetter(*s.ins)
             compiled.append((s.fn, get, len(s.ins) == 1, s.outs, s.release))
         self._compiled = compiled
-        self._straight = straight_line_runner([
-            (s.fn, s.ins, s.outs, s.release, _single_output(s)) for s in self.steps
-        ])
+        #: (compute, input slots, output slots, released slots, single_output or None) per
+        #: step: what the straight-line runner and a compiled run path call
+        self.step_specs = [(s.fn, s.ins, s.outs, s.release, _single_output(s)) for s in self.steps]
+        self._straight = straight_line_runner(self.step_specs)
         self._outputs = {
             name: (slot, owner, self.providers[owner].device.is_host)
             for name, (slot, owner) in self.output_slots.items()
@@ -275,6 +276,14 @@ class ExecutionPlan:
         self.host_read_inputs = {
             host_slots[j] for s in self.steps if s.kind != "copy" for j in s.ins if j in host_slots
         } | {name for name, (slot, _) in self.output_slots.items() if slot in host_slots}
+
+    def fast_run_allowed(self) -> bool:
+        """Whether a compiled run path (:mod:`onyxrt.fast_run`) may run this plan: every
+        provider on the host and without run hooks, every output on the host, no graph
+        replay."""
+        return (self.graph_replay is None and not self.hooked_providers
+                and all(p.device.is_host for p in self.used_providers)
+                and all(on_host for _, _, on_host in self._outputs.values()))
 
     def _execute(self, vals: list[Any], run_options: Any) -> None:
         # The hot loop: plain tuples and local names keep per-node overhead to about a

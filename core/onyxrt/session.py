@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from .errors import (
     ProviderError,
     ProviderUnavailable,
 )
+from .fast_run import fast_run_for
 from .feeds import InputCheck, check_feed, check_shape, type_name
 from .functions import expand_nodes, inline_local_functions
 from .gradient import expand_gradients
@@ -100,6 +101,7 @@ from .specialization import (
 )
 from .status import ModelLoadCanceled
 from .threads import global_thread_pool_sizes, intra_op_limit
+from .warm_up import warm_up, warm_up_feeds, warm_up_runs
 
 if TYPE_CHECKING:
     from .memory_info import OrtMemoryInfo
@@ -222,6 +224,7 @@ class InferenceSession:
         # Kernels are built (and constants folded) under the limits too.
         with run_limits(self._limits), collector_paused():
             self._create(providers, provider_options)
+        self._warm_up()  # with the collector back on, as the caller's runs will be
 
     def _keyword_arguments(self, kwargs: Mapping[str, Any]) -> frozenset[str]:
         """onnxruntime's extra keyword arguments: ``disabled_optimizers`` (its transformer
@@ -288,6 +291,7 @@ class InferenceSession:
         self._check_cancelled()
         self._build(requested, instances, fallbacks)
         self._specializer = self._shape_specializer(providers, provider_options)
+        self._fast_run = self._make_fast_run()
         self._session_created()
         self._profiler.session_event("session_initialization", t1, time.perf_counter())
 
@@ -296,6 +300,17 @@ class InferenceSession:
         once for the weights it uploaded asynchronously)."""
         for provider in self._plan.used_providers:
             call_provider_hook(provider, "on_session_created")
+
+    def _warm_up(self) -> None:
+        """A few runs on synthetic feeds for a small model, so that its first runs are at
+        speed (see :mod:`.warm_up`); nothing where a run could be observed."""
+        runs = warm_up_runs(self._sess_options.config_entries())
+        if runs <= 0 or self._profiler.enabled or self._specializer is not None or self._pool is not None:
+            return
+        feeds = warm_up_feeds(self._plan, self._graph.inputs, self._inputs_check)
+        if feeds is not None:
+            done = warm_up(lambda f: self.run(None, f), feeds, runs)
+            self._logger.debug("warm-up: %d run(s) on synthetic feeds", done)
 
     def _shape_specializer(
         self, providers: Sequence[Any] | None, provider_options: Sequence[Mapping[str, Any]] | None
@@ -695,9 +710,42 @@ class InferenceSession:
     ) -> list[Any]:
         """Run the model; return the requested outputs (all when ``output_names`` is None
         or empty) as numpy arrays, in the order requested."""
+        fast = self._fast_run
+        if fast is not None and run_options is None:
+            return fast(output_names, input_feed)
+        return self._run(output_names, input_feed, run_options)
+
+    def _run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+             run_options: RunOptions | None) -> list[Any]:
+        """:meth:`run` in Python: the reference the compiled path follows (and falls back to)."""
         names = self._output_names(output_names)
         feeds = self._check_feeds(_with_adapters(input_feed, run_options))
         return self._as_declared(names, self._execute(feeds, names, run_options, None))
+
+    def _make_fast_run(self) -> Callable[[Any, Any], list[Any]] | None:
+        """A provider package's compiled path for :meth:`run` (see :mod:`.fast_run`), where
+        nothing the session does needs the Python one; else None."""
+        if (self._profiler.enabled or self._specializer is not None or self._run_lock is not None
+                or self._pool is not None or self._sparse_outputs):
+            return None
+        session = weakref.ref(self)  # the compiled path must not keep its session alive
+
+        def slow(output_names: Any, input_feed: Any) -> list[Any]:
+            owner = session()
+            assert owner is not None  # a call through the session holds it
+            return owner._run_fallback(output_names, input_feed)
+
+        threads = self._intra_op_threads
+        return fast_run_for(self._plan, self._inputs_check, self._graph.inputs, self._graph.outputs,
+                            self._limits, (lambda: intra_op_limit(threads)) if threads > 0 else None, slow)
+
+    def _run_fallback(self, output_names: Any, input_feed: Any) -> list[Any]:
+        """What the compiled path does not handle: :meth:`_run`; a compiled path built
+        before the plan's steps changed is made again first."""
+        fast = self._fast_run
+        if fast is not None and fast.stale():  # type: ignore[attr-defined]
+            self._fast_run = self._make_fast_run()
+        return self._run(output_names, input_feed, None)
 
     def _as_declared(self, names: list[str], outputs: list[Any]) -> list[Any]:
         """Outputs the model declares sparse (a sparse initializer it outputs) as
@@ -1083,6 +1131,7 @@ class InferenceSession:
             self.__dict__.clear()
             self.__dict__.update(previous)
             raise
+        self._warm_up()
 
     @property
     def _sess(self) -> InferenceSession:

@@ -206,15 +206,11 @@ guard_of(PyObject *capsule)
     return g;
 }
 
-/* guard_start(max_tensor_bytes, max_run_bytes) -> (guard, previous handler): make a new
- * guard numpy's allocator in the current context (0: no limit). */
+/* A new guard numpy's allocator in the current context (0: no limit): the token
+ * (guard, previous handler), or NULL with an exception set. */
 PyObject *
-py_guard_start(PyObject *self, PyObject *args)
+guard_begin(unsigned long long max_tensor, unsigned long long max_run)
 {
-    unsigned long long max_tensor, max_run;
-    if (!PyArg_ParseTuple(args, "KK", &max_tensor, &max_run)) {
-        return NULL;
-    }
     if (!numpy_ready) {
         PyErr_SetString(PyExc_RuntimeError, "numpy's allocator API is not available");
         return NULL;
@@ -246,25 +242,50 @@ py_guard_start(PyObject *self, PyObject *args)
     return Py_BuildValue("(NN)", capsule, previous);
 }
 
-/* guard_stop((guard, previous)): disarm the guard and restore the previous handler; the
- * argument is guard_start's token as it is. */
+/* Disarm the guard of guard_begin's token and restore the handler it replaced; 0, or
+ * -1 with an exception set. */
+int
+guard_end(PyObject *token)
+{
+    if (!PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2) {
+        PyErr_SetString(PyExc_TypeError, "not a memory guard's token");
+        return -1;
+    }
+    Guard *g = guard_of(PyTuple_GET_ITEM(token, 0));
+    if (g == NULL) {
+        return -1;
+    }
+    __atomic_store_n(&g->armed, 0, __ATOMIC_RELAXED);
+    PyObject *ours = PyDataMem_SetHandler(PyTuple_GET_ITEM(token, 1));
+    if (ours == NULL) {
+        return -1;
+    }
+    Py_DECREF(ours);
+    return 0;
+}
+
+/* guard_start(max_tensor_bytes, max_run_bytes) -> (guard, previous handler). */
+PyObject *
+py_guard_start(PyObject *self, PyObject *args)
+{
+    unsigned long long max_tensor, max_run;
+    if (!PyArg_ParseTuple(args, "KK", &max_tensor, &max_run)) {
+        return NULL;
+    }
+    return guard_begin(max_tensor, max_run);
+}
+
+/* guard_stop((guard, previous)): guard_end of guard_start's token. */
 PyObject *
 py_guard_stop(PyObject *self, PyObject *args)
 {
-    PyObject *capsule, *previous;
-    if (!PyArg_ParseTuple(args, "(OO)", &capsule, &previous)) {
+    PyObject *token;
+    if (!PyArg_ParseTuple(args, "O", &token)) {
         return NULL;
     }
-    Guard *g = guard_of(capsule);
-    if (g == NULL) {
+    if (guard_end(token) < 0) {
         return NULL;
     }
-    __atomic_store_n(&g->armed, 0, __ATOMIC_RELAXED);
-    PyObject *ours = PyDataMem_SetHandler(previous);
-    if (ours == NULL) {
-        return NULL;
-    }
-    Py_DECREF(ours);
     Py_RETURN_NONE;
 }
 

@@ -128,6 +128,10 @@ static PyMethodDef methods[] = {
      "as numpy's allocator in the current context (0: no limit)."},
     {"guard_stop", py_guard_stop, METH_VARARGS,
      "guard_stop(token): disarm the guard of guard_start's token, restore the previous allocator."},
+    {"fast_run", py_fast_run, METH_VARARGS,
+     "fast_run(plan, compiled, template, inputs, steps, output_names, output_slots, protected, "
+     "limits_var, limits, guard_var, max_tensor, max_run, extobj_var, float_errors, thread_limit, "
+     "slow, outputs_of) -> a host plan's run in one call (see onyxrt_cpu.fast_run)."},
     {"guard_state", py_guard_state, METH_VARARGS,
      "guard_state(guard) -> (live, peak, refused_kind, refused_bytes, refused_live)."},
     {NULL, NULL, 0, NULL},
@@ -148,6 +152,10 @@ PyInit__native(void)
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
+        return NULL;
+    }
+    if (fast_run_init(m) < 0) {
+        Py_DECREF(m);
         return NULL;
     }
     if (PyModule_AddIntConstant(m, "ACT_NONE", ACT_NONE) < 0 ||

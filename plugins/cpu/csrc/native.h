@@ -6,7 +6,9 @@
  * (convolutions in the blocked channel layout), transpose.c, threads.c, module.c; qgemm.c
  * (the int8 GEMM, AVX-512 VNNI), qconv.c (QLinearConv on it), quantize.c (8-bit
  * quantization passes, QLinearAdd); vec16.h holds the vector helpers of the register-tiled
- * kernels, qrequant.h the requantization and float epilogues of the int8 kernels.
+ * kernels, qrequant.h the requantization and float epilogues of the int8 kernels. Two
+ * files are no kernels: guard.c (the memory guard, a numpy allocator) and fast_run.c
+ * (InferenceSession.run's usual call in one C call, for onyxrt.fast_run).
  *
  * numpy runs these operations as several whole-array passes with short inner loops
  * (a 3x3 depthwise convolution is ~19 passes over 7-element rows at 7x7); here each is
@@ -229,9 +231,15 @@ PyObject *py_nchwc_reorder(PyObject *self, PyObject *args);
 
 /* guard.c: the memory guard, a numpy allocator enforcing a run's limits. */
 int guard_init(void);
+PyObject *guard_begin(unsigned long long max_tensor, unsigned long long max_run);
+int guard_end(PyObject *token);
 PyObject *py_guard_start(PyObject *self, PyObject *args);
 PyObject *py_guard_stop(PyObject *self, PyObject *args);
 PyObject *py_guard_state(PyObject *self, PyObject *args);
+
+/* fast_run.c: the compiled run path of a host plan (onyxrt_cpu.fast_run). */
+int fast_run_init(PyObject *module);
+PyObject *py_fast_run(PyObject *self, PyObject *args);
 PyObject *py_nchwc_maxpool(PyObject *self, PyObject *args);
 PyObject *py_nchwc_mean(PyObject *self, PyObject *args);
 

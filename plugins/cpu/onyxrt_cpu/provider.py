@@ -11,7 +11,7 @@ from onyxrt.devices import HOST_MEMORY, Device
 from onyxrt.options import Option, OptionSchema
 from onyxrt.protocol import KernelRegistryProvider, ProbeResult
 
-from . import __version__, memory_guard, native
+from . import __version__, fast_run, memory_guard, native
 from .blas_threads import ENV_VAR as POOL_ENV_VAR
 from .blas_threads import pool_state, share_pool
 from .kernels import registry
@@ -79,6 +79,7 @@ class CPUExecutionProvider(KernelRegistryProvider):
         tune_malloc()  # once per process: see malloc_tuning for why
         share_pool()  # once per process: see blas_threads for why
         memory_guard.install()  # the session's memory limits on every numpy allocation
+        fast_run.install()  # InferenceSession.run's usual call in one compiled call
         #: the bytes of the outputs of the kernels made so far whose sizes are known (a
         #: free dimension counted as 1): what on_session_created faults in ahead
         self._output_bytes = 0
