@@ -328,3 +328,23 @@ def test_a_model_file_loaded_with_onnx_runs_the_same_either_way(tmp_path):
     s = onyxrt.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     x = {"x": np.array([0.5], np.float32)}
     np.testing.assert_array_equal(s.run(None, x)[0], s._run(None, x, None)[0])
+
+
+def test_views_of_the_runs_own_arrays_are_handed_out_and_views_of_feeds_copied():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"]),
+                    helper.make_node("Reshape", ["x", "shape"], ["z"])], [x],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                   [helper.make_tensor("shape", TensorProto.INT64, [1], [6])])
+    s = _session(model)
+    big = np.arange(-6, 6, dtype=np.float32).reshape(4, 3)
+    feed = big[1:3]  # a view of the caller's larger array
+    y, z = s.run(None, {"x": feed})
+    np.testing.assert_array_equal(y, np.maximum(feed, 0).reshape(6))
+    np.testing.assert_array_equal(z, feed.reshape(6))
+    assert not np.shares_memory(z, big) and not np.shares_memory(y, big)
+    z[:] = 100
+    assert (big[1:3] == np.arange(-3, 3).reshape(2, 3)).all()
+    y2, z2 = s._run(None, {"x": feed}, None)
+    np.testing.assert_array_equal(y, y2)

@@ -9,8 +9,8 @@
  * themselves with vectorcall. Everything else goes to the session's Python path
  * (``slow(output_names, input_feed)``), which is the reference: a feed to convert or
  * reject, an unknown name, a failing step (the Python path runs again and raises its
- * typed error naming the node), or an output that is a view of memory it does not own
- * (``outputs_of`` decides those with its memory extents). onyxrt_cpu.fast_run builds
+ * typed error naming the node), or an output that is a view of memory no array of the
+ * run's own owns (``outputs_of`` decides those with its memory extents). onyxrt_cpu.fast_run builds
  * it; see there for the contract of each argument.
  */
 
@@ -58,6 +58,8 @@ typedef struct {
     Py_ssize_t *all_slots;
     PyObject *output_index; /* name -> slot */
     char *protected_;     /* per slot: never hand out the value itself */
+    uintptr_t *template_roots; /* the arrays owning the template's memory, sorted */
+    Py_ssize_t nroots;
     PyObject *limits_var, *limits; /* onyxrt.limits' current limits */
     PyObject *guard_var;  /* NULL: no memory guard */
     unsigned long long max_tensor, max_run;
@@ -103,6 +105,79 @@ free_specs(FastRun *r)
     r->all_slots = NULL;
     PyMem_Free(r->protected_);
     r->protected_ = NULL;
+    PyMem_Free(r->template_roots);
+    r->template_roots = NULL;
+}
+
+/* The array owning v's memory (v itself, or the end of its chain of bases), or NULL when
+ * no array owns it (a buffer of another object, an array without a base). Borrowed. */
+static PyObject *
+root_of(PyObject *v)
+{
+    while (PyArray_Check(v)) {
+        PyArrayObject *a = (PyArrayObject *)v;
+        if (PyArray_CHKFLAGS(a, NPY_ARRAY_OWNDATA)) {
+            return v;
+        }
+        v = PyArray_BASE(a);
+        if (v == NULL) {
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static int
+compare_roots(const void *a, const void *b)
+{
+    const uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The owners of the template's arrays (initializers, constants), sorted for bsearch. */
+static int
+read_template_roots(FastRun *r)
+{
+    r->template_roots = PyMem_Malloc(sizeof(uintptr_t) * (r->nslots ? r->nslots : 1));
+    if (r->template_roots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < r->nslots; i++) {
+        PyObject *root = root_of(r->template[i]);
+        if (root != NULL) {
+            r->template_roots[r->nroots++] = (uintptr_t)root;
+        }
+    }
+    qsort(r->template_roots, r->nroots, sizeof(uintptr_t), compare_roots);
+    return 0;
+}
+
+/* Whether a view (v, not owning its memory) is the run's own: its memory belongs to an
+ * array that owns it and is neither a feed's owner nor a template value's. Two arrays
+ * that own their memory own separate allocations, so such a view overlaps no feed and
+ * no initializer, as plan._outputs_of's extents would find; anything else is decided
+ * there. */
+static int
+view_is_own(FastRun *r, PyObject *v, PyObject *feed)
+{
+    PyObject *root = root_of(v);
+    if (root == NULL) {
+        return 0;
+    }
+    uintptr_t key = (uintptr_t)root;
+    if (bsearch(&key, r->template_roots, r->nroots, sizeof(uintptr_t), compare_roots) != NULL) {
+        return 0;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *name, *fed;
+    while (PyDict_Next(feed, &pos, &name, &fed)) {
+        PyObject *fed_root = root_of(fed);
+        if (fed_root == NULL || fed_root == root) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static int
@@ -582,7 +657,7 @@ hand_out(FastRun *r, PyObject **vals, const Py_ssize_t *slots, Py_ssize_t n, PyO
                     }
                 }
             }
-            if (!copy && !PyArray_CHKFLAGS(a, NPY_ARRAY_OWNDATA)) {
+            if (!copy && !PyArray_CHKFLAGS(a, NPY_ARRAY_OWNDATA) && !view_is_own(r, v, feed)) {
                 Py_DECREF(results);
                 return NULL;
             }
@@ -762,7 +837,8 @@ py_fast_run(PyObject *self, PyObject *args)
         Py_INCREF(v);
         r->template[i] = v;
     }
-    if (read_inputs(r, inputs) < 0 || read_steps(r, steps) < 0 || read_outputs(r, names, slots, protected_) < 0) {
+    if (read_inputs(r, inputs) < 0 || read_steps(r, steps) < 0 || read_outputs(r, names, slots, protected_) < 0 ||
+        read_template_roots(r) < 0) {
         goto fail;
     }
     r->plan = (Py_INCREF(plan), plan);
