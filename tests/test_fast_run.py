@@ -348,3 +348,26 @@ def test_views_of_the_runs_own_arrays_are_handed_out_and_views_of_feeds_copied()
     assert (big[1:3] == np.arange(-3, 3).reshape(2, 3)).all()
     y2, z2 = s._run(None, {"x": feed}, None)
     np.testing.assert_array_equal(y, y2)
+
+
+def test_a_kernel_returning_another_sequence_is_read_as_the_loop_reads_it():
+    import collections
+
+    pair = collections.namedtuple("pair", "y")
+    s = _session(add_chain(2))
+    real = s._plan.steps[0].fn
+    calls = []
+
+    def named(*args):
+        calls.append(1)
+        return pair(*real(*args))
+
+    s._plan.steps[0].fn = named
+    s._plan.finalize()
+    s.run(None, {"x": np.ones(1, np.float32)})  # rebuilds the compiled path
+    calls.clear()
+    (y,) = s.run(None, {"x": np.ones(1, np.float32)})
+    np.testing.assert_allclose(y, [1.003], rtol=1e-6)
+    assert calls == [1]  # one run, not a compiled attempt and a Python one
+    s._plan.steps[0].fn = real
+    s._plan.finalize()

@@ -609,7 +609,19 @@ run_steps(FastRun *r, PyObject **vals)
             Py_XSETREF(vals[s->outs[0]], res);
         }
         else {
-            if (!(PyTuple_CheckExact(res) || PyList_CheckExact(res)) || PySequence_Fast_GET_SIZE(res) < s->nouts) {
+            if (!(PyTuple_CheckExact(res) || PyList_CheckExact(res))) {
+                /* another sequence (a named tuple): as the Python loop reads it, by its
+                 * length and items; anything without a length is the Python path's error */
+                Py_ssize_t size = PySequence_Check(res) ? PySequence_Size(res) : -1;
+                PyObject *items = size >= s->nouts ? PySequence_Fast(res, "") : NULL;
+                Py_DECREF(res);
+                if (items == NULL) {
+                    PyErr_Clear();
+                    return -2;
+                }
+                res = items;
+            }
+            if (PySequence_Fast_GET_SIZE(res) < s->nouts) {
                 Py_DECREF(res);
                 return -2; /* the Python path says what is wrong with it */
             }
