@@ -369,6 +369,54 @@ widen(const uint8_t *x, idx n, __m128i vflip, __m512i vzx, float *out)
     }
 }
 
+/* The phase planes of a stride-2 (undilated) input plane x (h, w) of bytes, straight from
+ * the bytes: what widen() into a float plane and fill_phases() give, in one pass. Each
+ * phase row gathers every other byte of its input row (a 32-byte load narrowed by
+ * vpmovwb), widens it to float32 x - zero point, and zero-fills outside the image. */
+AVX512_REQUANT static void
+widen_phases2(const uint8_t *x, const Geometry *g, const PhaseLayout *p, float *buf, __m128i vflip,
+              __m512i vzx)
+{
+    const idx h = g->h, w = g->w, ph = g->ph, pw = g->pw, hq = p->hq, wq = p->wq;
+    for (idx by = 0; by < 2; by++) {
+        for (idx bx = 0; bx < 2; bx++) {
+            float *plane = buf + (by * 2 + bx) * p->plane;
+            /* columns c whose input column 2 c + bx - pw lies in [0, w) */
+            const idx first = bx - pw;
+            idx lo = first >= 0 ? 0 : (-first + 1) / 2;
+            idx hi = first >= w ? 0 : (w - first + 1) / 2;
+            if (hi > wq) {
+                hi = wq;
+            }
+            if (lo > hi) {
+                lo = hi;
+            }
+            for (idx r = 0; r < hq; r++) {
+                float *dst = plane + r * wq;
+                const idx iy = 2 * r + by - ph;
+                if (iy < 0 || iy >= h || hi <= lo) {
+                    memset(dst, 0, (size_t)wq * sizeof(float));
+                    continue;
+                }
+                memset(dst, 0, (size_t)lo * sizeof(float));
+                const uint8_t *src = x + iy * w + 2 * lo + first;
+                for (idx c = lo; c < hi; c += 16) {
+                    const idx n = hi - c < 16 ? hi - c : 16;
+                    const idx bytes = 2 * n - 1; /* the last one read is the n-th even byte */
+                    const __mmask32 load = bytes >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << bytes) - 1);
+                    const __m256i pairs = _mm256_maskz_loadu_epi8(load, src + 2 * (c - lo));
+                    const __m128i even = _mm_xor_si128(_mm256_cvtepi16_epi8(pairs), vflip);
+                    const __m512i v = _mm512_sub_epi32(_mm512_cvtepi8_epi32(even), vzx);
+                    const __mmask16 store = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+                    _mm512_mask_storeu_ps(dst + c, store, _mm512_cvtepi32_ps(v));
+                }
+                memset(dst + hi, 0, (size_t)(wq - hi) * sizeof(float));
+            }
+            memset(plane + hq * wq, 0, (size_t)(p->plane - hq * wq) * sizeof(float));
+        }
+    }
+}
+
 /* Channels [begin, end) of all images (item = n * C + c). Each input plane is widened to
  * float32 x - zero point (exact) and laid out in its phase planes (phases.c, padded with
  * zeros), where every tap reads one contiguous run over all output rows at once (on rows
@@ -392,9 +440,10 @@ depthwise_range(void *ctx, idx begin, idx end)
      * padding is the same for every channel, so it is zeroed once and only the image's
      * positions are written per channel (no intermediate plane). */
     const int unit = g->sh == 1 && g->sw == 1;
-    float *plane = unit ? NULL : (float *)malloc((size_t)(hw + 16) * sizeof(float));
+    const int two = g->sh == 2 && g->sw == 2 && g->dh == 1 && g->dw == 1;
+    float *plane = unit || two ? NULL : (float *)malloc((size_t)(hw + 16) * sizeof(float));
     uint8_t *wide = (uint8_t *)malloc((size_t)(p->span + 64));
-    if ((!unit && plane == NULL) || wide == NULL) {
+    if ((!unit && !two && plane == NULL) || wide == NULL) {
         free(plane), free(wide);
         phase_work_close(&work);
         c->failed = 1;
@@ -415,6 +464,8 @@ depthwise_range(void *ctx, idx begin, idx end)
                 widen(x + iy * g->w + col_lo, col_hi - col_lo, vflip, vzx,
                       work.buf + (iy + g->ph) * p->wq + col_lo + g->pw);
             }
+        } else if (two) {
+            widen_phases2(x, g, p, work.buf, vflip, vzx);
         } else {
             widen(x, hw, vflip, vzx, plane);
             fill_phases(plane, g, p, work.buf, 0.0f);

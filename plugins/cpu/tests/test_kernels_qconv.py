@@ -117,6 +117,12 @@ GEOMETRIES = [
     ((2, 4, 37), (6, 4, 5), dict(strides=[2], pads=[1, 2])),  # 1-D
     ((1, 2, 40), (3, 2, 21), dict(pads=[10, 10])),  # wider than the shifted packing takes: im2col
     ((1, 64, 20, 20), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    # depthwise stride 2 (its phase planes made straight from the bytes): rows of several
+    # 16-column chunks, asymmetric and large pads, a one-row kernel, "same" padding
+    ((1, 5, 37, 70), (5, 1, 3, 3), dict(group=5, strides=[2, 2], pads=[0, 1, 1, 0])),
+    ((2, 3, 9, 8), (3, 1, 3, 3), dict(group=3, strides=[2, 2], pads=[2, 0, 0, 2])),
+    ((1, 4, 5, 33), (4, 1, 1, 3), dict(group=4, strides=[2, 2])),
+    ((1, 7, 16, 31), (7, 1, 3, 3), dict(group=7, strides=[2, 2], auto_pad="SAME_UPPER")),
 ]
 TYPE_PAIRS = [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)]
 
