@@ -530,6 +530,19 @@ drop_values(PyObject **vals, Py_ssize_t n)
     PyMem_Free(vals);
 }
 
+/* Whether the plan's steps changed since this was built (plan.finalize() again): 1, 0, or
+ * -1 with an exception set. */
+static int
+is_stale(FastRun *r)
+{
+    PyObject *compiled = PyObject_GetAttrString(r->plan, "_compiled");
+    if (compiled == NULL) {
+        return -1;
+    }
+    Py_DECREF(compiled); /* only its identity matters: the plan still holds it */
+    return compiled != r->source;
+}
+
 static PyObject *
 go_slow(FastRun *r, PyObject *output_names, PyObject *feed)
 {
@@ -709,12 +722,11 @@ fast_run_call(FastRun *r, PyObject *const *args, size_t nargsf, PyObject *kwname
     if (!PyDict_CheckExact(feed)) {
         return go_slow(r, output_names, feed);
     }
-    PyObject *compiled = PyObject_GetAttrString(r->plan, "_compiled");
-    if (compiled == NULL) {
+    const int changed = is_stale(r);
+    if (changed < 0) {
         return NULL;
     }
-    Py_DECREF(compiled); /* only its identity matters: the plan still holds it */
-    if (compiled != r->source) {
+    if (changed) {
         return go_slow(r, output_names, feed); /* the plan's steps changed since */
     }
     /* the outputs' slots */
@@ -876,13 +888,8 @@ fail:
 static PyObject *
 fast_run_stale(FastRun *r, PyObject *unused)
 {
-    PyObject *compiled = PyObject_GetAttrString(r->plan, "_compiled");
-    if (compiled == NULL) {
-        return NULL;
-    }
-    int stale = compiled != r->source;
-    Py_DECREF(compiled);
-    return PyBool_FromLong(stale);
+    const int changed = is_stale(r);
+    return changed < 0 ? NULL : PyBool_FromLong(changed);
 }
 
 static PyMethodDef fast_run_methods[] = {
