@@ -22,6 +22,11 @@ Families (``--families``, comma-separated; default all):
 * ``recurrent`` (c) and ``tiny`` (d): built by benchmarks/family_models.py (onnx.helper as
   torch exports write them; skl2onnx defaults for the scikit-learn models, i.e. with ZipMap)
   into a temporary folder.
+* ``sklearn`` (e): scikit-learn estimators fitted on a 20-feature set and converted by
+  skl2onnx with its defaults (benchmarks/family_models.py ``SKLEARN``): nearest neighbours
+  (a Scan computing distances), SVC with probabilities, SVR, PolynomialFeatures + Ridge
+  (~460 tiny nodes), IsolationForest (~1360 nodes), GaussianNB, MLPClassifier,
+  GradientBoostingRegressor, PCA + KMeans — what a converter writes, not a builder.
 
 Every measurement is a fresh Python process running one runtime on one model; runtimes
 alternate (onnxruntime, onyxrt, onnxruntime, onyxrt, ... ``--repeats`` times each). The
@@ -65,7 +70,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from reporting import format_table, geomean, positive  # noqa: E402
 
-FAMILIES = ("exports", "quantized", "recurrent", "tiny")
+FAMILIES = ("exports", "quantized", "recurrent", "tiny", "sklearn")
 EXPORTS = ("resnet50", "mobilenet_v2", "bert", "gpt2", "vit")
 RUNTIMES = ("ort", "onyxrt")  # the order of each repeat
 WARMUP_RUNS = 3
@@ -194,7 +199,7 @@ def family_models(family: str, exports: Path, built: Path,
     else:
         import onnx
 
-        builders = fm.RECURRENT if family == "recurrent" else fm.TINY
+        builders = {"recurrent": fm.RECURRENT, "tiny": fm.TINY, "sklearn": fm.SKLEARN}[family]
         for name in _only(builders, wanted):
             builder = builders[name]
             path = built / f"{name}.onnx"

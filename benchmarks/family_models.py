@@ -1,5 +1,6 @@
-"""Models of issue 23's benchmark families (c) ``recurrent`` and (d) ``tiny``, and the
-quantizers that make family (b) ``quantized`` from the real torch exports.
+"""Models of issue 23's benchmark families (c) ``recurrent``, (d) ``tiny`` and (e)
+``sklearn``, and the quantizers that make family (b) ``quantized`` from the real torch
+exports.
 
 Recurrent models are written with ``onnx.helper`` the way ``torch.onnx.export`` (opset 17)
 writes the corresponding modules: an ``nn.LSTM``/``nn.GRU`` with ``batch_first=True`` becomes
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -306,6 +308,97 @@ def sklearn_forest(samples: int = 500, features: int = 20, trees: int = 20, dept
     forest = RandomForestClassifier(n_estimators=trees, max_depth=depth, random_state=SEED).fit(x, y)
     return to_onnx(forest, x[:1])
 
+
+def _skl2onnx(estimator: Any, x: np.ndarray, y: np.ndarray | None, **options: Any) -> onnx.ModelProto:
+    """``estimator`` fitted on (x, y) and converted by skl2onnx's ``to_onnx`` with its
+    defaults (ZipMap kept), at the opsets the test suite's scikit-learn cases use."""
+    from skl2onnx import to_onnx
+
+    fitted = estimator.fit(x) if y is None else estimator.fit(x, y)
+    return to_onnx(fitted, x[:1], target_opset={"": 17, "ai.onnx.ml": 3}, **options)
+
+
+def _sklearn(make: Callable[[], Any], regression: bool = False, unsupervised: bool = False) -> Callable[[], onnx.ModelProto]:
+    def build() -> onnx.ModelProto:
+        x, y = _sklearn_data(500, 20)
+        target = None if unsupervised else (x @ np.linspace(-1, 1, 20)).astype(np.float32) if regression else y
+        return _skl2onnx(make(), x, target)
+
+    build.__doc__ = f"``{make.__name__}`` on the 20-feature set, skl2onnx defaults."
+    return build
+
+
+def _knn() -> Any:
+    from sklearn.neighbors import KNeighborsClassifier
+
+    return KNeighborsClassifier(5)
+
+
+def _svc() -> Any:
+    from sklearn.svm import SVC
+
+    return SVC(probability=True, random_state=SEED)
+
+
+def _svr() -> Any:
+    from sklearn.svm import SVR
+
+    return SVR()
+
+
+def _polynomial_ridge() -> Any:
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures
+
+    return make_pipeline(PolynomialFeatures(2), Ridge())
+
+
+def _isolation_forest() -> Any:
+    from sklearn.ensemble import IsolationForest
+
+    return IsolationForest(n_estimators=50, random_state=SEED)
+
+
+def _gaussian_nb() -> Any:
+    from sklearn.naive_bayes import GaussianNB
+
+    return GaussianNB()
+
+
+def _mlp_classifier() -> Any:
+    from sklearn.neural_network import MLPClassifier
+
+    return MLPClassifier((64, 32), max_iter=300, random_state=SEED)
+
+
+def _gradient_boosting() -> Any:
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    return GradientBoostingRegressor(n_estimators=100, random_state=SEED)
+
+
+def _pca_kmeans() -> Any:
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import make_pipeline
+
+    return make_pipeline(PCA(8), KMeans(5, n_init=3, random_state=SEED))
+
+
+#: Family (e): scikit-learn estimators as skl2onnx converts them — the operators a
+#: converter writes (Scan for distances, SVMs, hundreds of tiny nodes), not a builder's.
+SKLEARN: dict[str, Callable[[], onnx.ModelProto]] = {
+    "knn_classifier": _sklearn(_knn),
+    "svc_probabilities": _sklearn(_svc),
+    "svr": _sklearn(_svr, regression=True),
+    "polynomial_ridge": _sklearn(_polynomial_ridge, regression=True),
+    "isolation_forest": _sklearn(_isolation_forest, unsupervised=True),
+    "gaussian_nb": _sklearn(_gaussian_nb),
+    "mlp_classifier": _sklearn(_mlp_classifier),
+    "gradient_boosting": _sklearn(_gradient_boosting, regression=True),
+    "pca_kmeans": _sklearn(_pca_kmeans, unsupervised=True),
+}
 
 #: Family (c) and (d) builders at the benchmark's sizes, by model name.
 RECURRENT: dict[str, Callable[[], onnx.ModelProto]] = {

@@ -1,6 +1,7 @@
 """The builders of benchmarks/family_models.py (issue 23's families (c) recurrent and
-(d) tiny) at small sizes: onyxrt and onnxruntime give the same outputs on the same feeds,
-so a benchmark figure is never the figure of a wrong result. No torch needed."""
+(d) tiny at small sizes, (e) sklearn as benchmarked: they convert in about a second):
+onyxrt and onnxruntime give the same outputs on the same feeds, so a benchmark figure is
+never the figure of a wrong result. No torch needed."""
 
 from __future__ import annotations
 
@@ -30,11 +31,12 @@ SMALL = {
     "elementwise_mix": lambda: fm.elementwise_mix(width=16),
     "sklearn_logistic": lambda: fm.sklearn_logistic(samples=60, features=6),
     "sklearn_forest": lambda: fm.sklearn_forest(samples=60, features=6, trees=3),
+    **fm.SKLEARN,
 }
 
 
 def test_every_benchmark_model_has_a_small_case():
-    assert set(SMALL) == set(fm.RECURRENT) | set(fm.TINY)
+    assert set(SMALL) == set(fm.RECURRENT) | set(fm.TINY) | set(fm.SKLEARN)
 
 
 def _feeds(session: ort.InferenceSession) -> dict[str, np.ndarray]:

@@ -188,6 +188,12 @@ class ExecutionPlan:
         _end_run(started, run_options, failed=False)
         return self._outputs_of(vals, feeds, output_names, keep_on_device)
 
+    def host_only(self) -> bool:
+        """Whether a run is :meth:`run`'s usual one with every output on the host (no
+        provider hooks, graph replay or device outputs)."""
+        return (self.graph_replay is None and not self.hooked_providers
+                and all(on_host for _, _, on_host in self._outputs.values()))
+
     def _outputs_of(
         self, vals: list[Any], feeds: Mapping[str, Any], output_names: Sequence[str],
         keep_on_device: Mapping[str, bool] | None,
@@ -534,15 +540,62 @@ class PlanSubgraphRunner(SubgraphRunner):
         self.input_names = tuple(plan.graph.inputs)
         self.output_names = tuple(plan.graph.outputs)
         self.outer_names = tuple(plan.graph.outer_names)
+        #: Whether the body's runs take :meth:`_run_on_host` (decided at the first run).
+        self._host_only: bool | None = None
+        #: (input slots, (outer slot, name) pairs, output slots), read at the first run.
+        self._slots: tuple[tuple[int, ...], tuple[tuple[int, str], ...], tuple[int, ...]] | None = None
 
     def run(self, inputs: Sequence[Any], outer: Mapping[str, Any]) -> list[Any]:
         """Execute the body once with formal ``inputs`` and outer-scope values."""
+        plan = self.plan
+        # The run's RunOptions (from the session's run context): a long body stops at its
+        # next step when ``terminate`` is set, not only between iterations.
+        run_options = current_limits().run_options
+        if self._host_only is None:
+            self._host_only = plan.host_only()
+        if self._host_only:
+            return self._run_on_host(inputs, outer, run_options)
         feeds = dict(zip(self.input_names, inputs))
         for name in self.outer_names:
             feeds[name] = outer[name]
-        # The run's RunOptions (from the session's run context): a long body stops at its
-        # next step when ``terminate`` is set, not only between iterations.
-        return self.plan.run(feeds, self.output_names, current_limits().run_options)
+        return plan.run(feeds, self.output_names, run_options)
+
+    def _run_on_host(self, inputs: Sequence[Any], outer: Mapping[str, Any], run_options: Any) -> list[Any]:
+        """:meth:`ExecutionPlan.run`'s usual run, for a body whose values all stay on the
+        host: slots filled by position, and outputs handed to the control-flow kernel as
+        the steps left them — a body's outputs are the next iteration's inputs or
+        collected and stacked, never the caller's, so only initializers (which the kernel
+        could hand on to the caller) and numpy scalars are converted. A Scan over 400 rows
+        (scikit-learn's nearest neighbours) spent ~9 µs a row in ``run``'s dictionaries,
+        feed and copy rules; ~1 µs here."""
+        plan = self.plan
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = (
+                tuple(plan.input_slots[n] for n in self.input_names),
+                tuple((plan.input_slots[n], n) for n in self.outer_names),
+                tuple(plan._outputs[n][0] for n in self.output_names),
+            )
+        vals = list(plan.template)
+        for slot, value in zip(slots[0], inputs):
+            vals[slot] = value
+        for slot, name in slots[1]:
+            vals[slot] = outer[name]
+        quiet = ignore_float_errors()
+        try:
+            plan._execute(vals, run_options)
+        finally:
+            restore_float_errors(quiet)
+        protected = plan.protected
+        results = []
+        for slot in slots[2]:
+            value = vals[slot]
+            if isinstance(value, np.generic):
+                value = np.asarray(value)
+            elif slot in protected and isinstance(value, np.ndarray):
+                value = value.copy()
+            results.append(value)
+        return results
 
 
 @record

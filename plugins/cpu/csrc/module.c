@@ -80,6 +80,10 @@ static PyMethodDef methods[] = {
      "tree_forest(roots, feature, split, mode, true_id, true_leaf, false_id, false_leaf, "
      "missing_true, weights, leaves, targets) -> a forest held for tree_run (weights None: "
      "a walk forest)."},
+    {"svm_rbf", py_svm_rbf, METH_VARARGS,
+     "svm_rbf(x, svt, out, n, f, v, gamma): out (n, v) float32 = exp(-gamma * |x_n - svt[:, v]|^2)"},
+    {"svm_couple", py_svm_couple, METH_VARARGS,
+     "svm_couple(p, out, n, c, eps): out (n, c) float32 = libsvm's coupling of the pair probabilities p"},
     {"tree_run", py_tree_run, METH_VARARGS,
      "tree_run(forest, x, out, n, features): out int64 (n, trees) = the leaves reached, or "
      "for a forest with weights float32 (n, targets) = each row's summed leaf weights; x "

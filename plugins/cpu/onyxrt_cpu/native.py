@@ -302,6 +302,33 @@ def tree_scores(x: np.ndarray, forest: Any, weights: np.ndarray) -> np.ndarray |
     return _run_forest(held, x, np.empty((x.shape[0], forest.n_targets), _F32))
 
 
+def svm_rbf(x: np.ndarray, sv_t: np.ndarray, gamma: float) -> np.ndarray | None:
+    """The RBF kernel values exp(-gamma * |x_n - v|^2) (N, V) of float32 ``x`` (N, F) and
+    the support vectors transposed, ``sv_t`` (F, V) float32 C-contiguous; each squared
+    distance summed feature by feature, as onnxruntime sums it. ``None`` when the call
+    does not qualify. See csrc/svm.c."""
+    if (not ENABLED or not hasattr(_native, "svm_rbf") or x.dtype != _F32 or sv_t.dtype != _F32
+            or x.ndim != 2 or sv_t.ndim != 2 or x.shape[1] != sv_t.shape[0]):
+        return None
+    out = np.empty((x.shape[0], sv_t.shape[1]), _F32)
+    _native.svm_rbf(np.ascontiguousarray(x), np.ascontiguousarray(sv_t), out, x.shape[0], x.shape[1],
+                    sv_t.shape[1], gamma)
+    return out
+
+
+def svm_couple(p: np.ndarray, classes: int, eps: float) -> np.ndarray | None:
+    """libsvm's pairwise coupling, as onnxruntime runs it: the class probabilities (N, C)
+    float32 of the pair probabilities ``p`` (N, C (C - 1) / 2) float32 (pairs (i, j), i < j,
+    in order), iterated until no class is off by ``eps`` (at most max(100, C) rounds).
+    ``None`` when the call does not qualify. See csrc/svm.c."""
+    if (not ENABLED or not hasattr(_native, "svm_couple") or p.dtype != _F32 or p.ndim != 2
+            or classes < 2 or p.shape[1] != classes * (classes - 1) // 2):
+        return None
+    out = np.empty((p.shape[0], classes), _F32)
+    _native.svm_couple(np.ascontiguousarray(p), out, p.shape[0], classes, eps)
+    return out
+
+
 def _held_forest(x: np.ndarray, forest: Any, weights: np.ndarray | None) -> Any:
     """The compiled module's hold on ``forest`` (``tree_forest``: its node arrays, and
     ``weights`` for scoring), made once per forest and kind; None when the walk does not

@@ -517,3 +517,78 @@ def test_linear_classifier_one_row_matches_onnxruntime(post, labels):
         assert label.tolist() == want_label.tolist() == batch_labels[i:i + 1].tolist()
         np.testing.assert_allclose(scores, want_scores, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(scores, batch_scores[i:i + 1], rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------- SVMs (csrc/svm.c)
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="the compiled module is not built")
+@pytest.mark.parametrize("n,v,f", [(0, 16, 3), (1, 1, 1), (3, 15, 7), (2, 16, 4), (5, 17, 20), (4, 40, 9)])
+def test_svm_rbf_sums_feature_by_feature(n, v, f):
+    """exp(-gamma |x - v|^2) with each squared distance summed feature by feature in float32
+    (onnxruntime's order), for vector counts around the 16-lane blocks: the sums are those
+    of a float32 loop, the exponential within an ulp of numpy's."""
+    rng = np.random.default_rng(n * 100 + v + f)
+    x = rng.standard_normal((n, f)).astype(np.float32)
+    sv = rng.standard_normal((v, f)).astype(np.float32)
+    gamma = 0.37
+    seq = np.zeros((n, v), np.float32)
+    for k in range(f):
+        d = x[:, k:k + 1] - sv[None, :, k]
+        seq += d * d
+    got = native.svm_rbf(x, np.ascontiguousarray(sv.T), gamma)
+    assert got.dtype == np.float32 and got.shape == (n, v)
+    np.testing.assert_allclose(got, np.exp(-np.float32(gamma) * seq), rtol=3e-7, atol=0)
+    assert native.svm_rbf(x.astype(np.float64), np.ascontiguousarray(sv.T), gamma) is None
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="the compiled module is not built")
+@pytest.mark.parametrize("classes", [2, 3, 4, 7])
+@pytest.mark.parametrize("n", [0, 1, 6])
+def test_svm_couple_matches_the_librarys_iteration(classes, n):
+    """The compiled coupling against the operator library's whole-array iteration
+    (``SVMClassifier.couple``) on pair probabilities across (0, 1), near-certain pairs
+    included: the same probabilities to float32 rounding, each row summing to 1."""
+    from onyxrt_ops.backend import numpy_backend
+    from onyxrt_ops.library import library
+
+    rng = np.random.default_rng(classes * 10 + n)
+    pairs = classes * (classes - 1) // 2
+    node = helper.make_node("SVMClassifier", ["x"], ["label", "scores"], domain=ML, kernel_type="RBF",
+                            kernel_params=[0.3, 0.0, 3.0], vectors_per_class=[1] * classes,
+                            support_vectors=rng.standard_normal(classes * 2).tolist(),
+                            coefficients=rng.standard_normal((classes - 1) * classes).tolist(),
+                            rho=rng.standard_normal(pairs).tolist(), prob_a=[-1.0] * pairs, prob_b=[0.0] * pairs,
+                            classlabels_ints=list(range(classes)))
+    kernel = library.kernel("SVMClassifier", 1, numpy_backend(), ML)(KernelInfo.from_node(node, 1))
+    p = rng.uniform(0, 1, (n, pairs)).astype(np.float32)
+    if n:
+        p[0, 0] = 1e-7
+        p[-1, -1] = np.float32(1 - 1e-7)
+    want = kernel.couple(p)
+    got = native.svm_couple(p, classes, 0.005 / classes)
+    assert got.shape == want.shape == (n, classes) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7)
+    if n:
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-5)
+    assert native.svm_couple(p[:, :-1], classes, 0.005 / classes) is None  # not C (C - 1) / 2 pairs
+
+
+@pytest.mark.parametrize("classes", [3, 4])
+@pytest.mark.parametrize("kernel", ["RBF", "POLY"])
+def test_svm_classifier_with_probabilities_matches_onnxruntime(classes, kernel):
+    """SVC with probabilities (compiled RBF kernel values and coupling) against
+    onnxruntime, 40 samples, 17-19 support vectors (a partial 16-lane block)."""
+    rng = np.random.default_rng(classes)
+    per = [5, 6, 8, 4][:classes]
+    v, f, pairs = sum(per), 6, classes * (classes - 1) // 2
+    node = ml_node("SVMClassifier", 1, 2, kernel_type=kernel, kernel_params=[0.2, 0.5, 3.0],
+                   vectors_per_class=per, support_vectors=rng.standard_normal(v * f).tolist(),
+                   coefficients=rng.standard_normal((classes - 1) * v).tolist(),
+                   rho=rng.standard_normal(pairs).tolist(), prob_a=(-rng.uniform(0.5, 2, pairs)).tolist(),
+                   prob_b=rng.standard_normal(pairs).tolist(), classlabels_ints=list(range(classes)))
+    x = rng.standard_normal((40, f)).astype(np.float32)
+    got = ours(node, 1, x)
+    want = onnxruntime(node, 1, [x], [TensorProto.INT64, TensorProto.FLOAT])
+    assert got[0].tolist() == want[0].tolist()
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)

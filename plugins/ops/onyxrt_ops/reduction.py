@@ -88,6 +88,10 @@ class Reduce(OpKernel):
         super().__init__(info)
         self.keepdims = self.flag_attr("keepdims", 1)
         self.noop = False
+        #: Host numpy: reductions call the ufunc's reduce directly (numpy's np.sum/np.prod
+        #: wrappers cost more than the reduction itself on the small tensors of
+        #: scikit-learn conversions).
+        self._host = self.xp is np
         #: The axes when known at build time (the attribute, a constant input or none given),
         #: normalized once per input rank into ``by_rank``; by_rank None: read on every call.
         self.fixed: Any = None
@@ -161,6 +165,8 @@ class Reduce(OpKernel):
 
     def sum(self, w: Any, axes: tuple[int, ...]) -> Any:
         """Sum in ``w``'s own dtype (the standard widens small integers to int64)."""
+        if self._host:
+            return np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=bool(self.keepdims))
         return self.xp.sum(w, axis=axes, dtype=w.dtype, keepdims=self.keepdims)
 
     def wide(self, x: Any, name: str) -> Any:
@@ -213,6 +219,9 @@ class ReduceExtreme(Reduce):
         xp = self.xp
         self.fn = xp.max if self.largest else xp.min
         self.bool_fn = xp.any if self.largest else xp.all
+        if self._host:  # the ufuncs np.max/np.any wrap (NaN propagates alike)
+            self.fn = (np.maximum if self.largest else np.minimum).reduce
+            self.bool_fn = (np.logical_or if self.largest else np.logical_and).reduce
 
     def empty(self, name):
         if name == "bool":
@@ -224,7 +233,7 @@ class ReduceExtreme(Reduce):
 
     def reduce(self, x, axes, name):
         fn = self.bool_fn if name == "bool" else self.fn
-        return fn(self.wide(x, name), axis=axes, keepdims=self.keepdims)
+        return fn(self.wide(x, name), axis=axes, keepdims=bool(self.keepdims))
 
 
 @library.define("ReduceMax", (1, 11, 12, 13, 18, 20), host_inputs=(1,))
@@ -249,6 +258,8 @@ class ReduceProd(Reduce):
 
     def reduce(self, x, axes, name):
         w = self.wide(x, name)
+        if self._host:
+            return np.multiply.reduce(w, axis=axes, dtype=w.dtype, keepdims=bool(self.keepdims))
         return self.xp.prod(w, axis=axes, dtype=w.dtype, keepdims=self.keepdims)
 
 
