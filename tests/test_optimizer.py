@@ -917,3 +917,56 @@ def test_layout_pass_keeps_a_max_pool_between_convs_blocked(tmp_path, indices):
     else:
         assert "NchwcMaxPool" in ops and "ReorderInput" not in ops and ops.count("ReorderOutput") == 1
     _assert_equivalent(model, {"x": _randn(1, 3, 23, 23)})
+
+
+# -- feature products (skl2onnx's PolynomialFeatures) --------------------------------------
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("degree", [2, 3])
+def test_polynomial_feature_columns_fuse_with_the_same_bits(tmp_path, opset, degree):
+    """skl2onnx's PolynomialFeatures (ArrayFeatureExtractor → ReduceProd per column) as a
+    Gather/Reshape/ReduceProd per run of columns: the same bits as the unfused graph, the
+    same results as onnxruntime, and a handful of nodes instead of two per column."""
+    pytest.importorskip("skl2onnx")
+    import onnxruntime as ort
+    from skl2onnx import to_onnx
+    from sklearn.preprocessing import PolynomialFeatures
+
+    x = _randn(40, 5, seed=degree)
+    model = to_onnx(PolynomialFeatures(degree).fit(x), x[:1], target_opset={"": opset, "ai.onnx.ml": 3})
+    columns = sum(1 for n in model.graph.node if n.op_type == "ReduceProd")
+    ops = _optimized_ops(model, tmp_path)
+    assert ops.count("Gather") == degree and ops.count("ReduceProd") <= degree + 1 < columns
+    so = onyxrt.SessionOptions()
+    plain = onyxrt.InferenceSession(model.SerializeToString(), so, disabled_optimizers=["fuse_feature_products"])
+    fused = _session(model)
+    for rows in (x, x[:1]):
+        want = plain.run(None, {"X": rows})[0]
+        got = fused.run(None, {"X": rows})[0]
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(got, theirs.run(None, {"X": rows})[0], rtol=1e-6)
+
+
+def test_feature_products_that_stay(tmp_path):
+    """A negative index (ArrayFeatureExtractor rejects it, Gather would wrap around), an
+    extracted block read twice, and a lone column stay as they are."""
+    x_info = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])
+    nodes, inits = [], []
+    for i, idx in enumerate([[0, 1], [1, 2], [-1, 2], [2, 3], [3, 3]]):
+        inits.append(helper.make_tensor(f"i{i}", TensorProto.INT64, [len(idx)], idx))
+        nodes.append(helper.make_node("ArrayFeatureExtractor", ["X", f"i{i}"], [f"c{i}"], domain="ai.onnx.ml"))
+        nodes.append(helper.make_node("ReduceProd", [f"c{i}"], [f"p{i}"], axes=[1]))
+    nodes.append(helper.make_node("Concat", [f"p{i}" for i in range(5)], ["Y"], axis=1))
+    nodes.append(helper.make_node("Identity", ["c3"], ["Z"]))  # column 3's block read twice
+    graph = helper.make_graph(nodes, "g", [x_info], [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+                                                    helper.make_tensor_value_info("Z", TensorProto.FLOAT, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    ops = _optimized_ops(model, tmp_path)
+    # Columns 0 and 1 fuse; 2 (negative index), 3 (block read twice) and 4 (alone) stay.
+    assert ops.count("Gather") == 1 and ops.count("ArrayFeatureExtractor") == 3
+    feeds = {"X": _randn(3, 4)}
+    with pytest.raises(Exception, match="out of range"):
+        _session(model).run(None, feeds)

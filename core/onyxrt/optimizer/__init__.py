@@ -14,8 +14,11 @@ Levels follow onnxruntime's:
                           layer normalization and GELU patterns → LayerNormalization, Gelu;
                           DynamicQuantizeLinear → MatMulInteger → Cast → Mul [→ bias] →
                           com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul;
-                          Gemm → activation → FusedGemm; opt-in (``session.extra_optimizers``):
-                          groups of float32 elementwise operators → FusedElementwise
+                          Gemm → activation → FusedGemm; skl2onnx's PolynomialFeatures
+                          columns (ArrayFeatureExtractor → ReduceProd, ~2 nodes a column)
+                          → Gather → Reshape → ReduceProd per run of columns;
+                          opt-in (``session.extra_optimizers``): groups of float32
+                          elementwise operators → FusedElementwise
 ``ORT_ENABLE_LAYOUT``     float32 convolutions to the blocked channel layout NCHWc (16 channels
                           per vector; :mod:`.layout`), where the CPU provider offers its
                           NCHWc kernels (compiled, on a CPU with AVX-512)
@@ -42,6 +45,7 @@ from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fol
 from .constant_folding import fold_constants
 from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation, fuse_gemm_activation
 from .elementwise_fusion import fuse_elementwise
+from .feature_products import fuse_feature_products
 from .layout import convert_to_nchwc
 from .matmul_fusions import fuse_matmul
 from .pad_fusion import fuse_pad
@@ -97,6 +101,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_matmul_nbits_bias", EXTENDED, fuse_matmul_nbits_bias),
     Pass("fuse_gemm_activation", EXTENDED, fuse_gemm_activation),
     Pass("fuse_conv_activation", EXTENDED, fuse_conv_activation),
+    Pass("fuse_feature_products", EXTENDED, fuse_feature_products),
     Pass("fuse_elementwise", EXTENDED, fuse_elementwise, opt_in=True),
     Pass("convert_to_nchwc", LAYOUT, convert_to_nchwc),
     Pass("eliminate_dead_nodes", BASIC, _plain(eliminate_dead_nodes)),

@@ -233,8 +233,16 @@ class _Table:
         uniq, first = np.unique(keys[::-1], return_index=True)
         self.keys = uniq
         self.values = values[::-1][first]
+        #: The table as a dict, for a few elements at a time (an isolation forest's
+        #: conversion looks up one value per tree: ~1 us against ~5 for the search).
+        #: Python's == is numpy's here: -0.0 finds 0.0, NaN (kept apart above) nothing.
+        self.lookup = dict(zip(self.keys.tolist(), self.values.tolist()))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if x.size <= 16 and (self.nan_value is None or x.dtype.kind != "f") and x.dtype.kind in "iufO":
+            get, default = self.lookup.get, self.default
+            return np.array([get(v, default) for v in x.reshape(-1).tolist()],
+                            dtype=self.values_dtype).reshape(x.shape)
         out = np.full(x.shape, self.default, dtype=self.values_dtype)
         if len(self.keys) and x.size:
             pos = np.minimum(np.searchsorted(self.keys, x), len(self.keys) - 1)
