@@ -39,7 +39,7 @@ import numpy as np
 
 from onyxrt.errors import InvalidGraph
 from onyxrt.kernels import KernelInfo
-from onyxrt.limits import check_allocation, output_of
+from onyxrt.limits import check_allocation, current_limits, output_of
 from onyxrt.seeding import default_seed
 
 from .library import OpKernel, dtype_name, library
@@ -339,6 +339,15 @@ class Concat(Steered):
         return arrays, axis
 
     def compute(self, *inputs):
+        if self.xp is np and all(type(a) is np.ndarray for a in inputs):
+            # Host arrays (a classifier's few columns): numpy's own checks, and the size
+            # limit on the elements the output holds (the inputs' total), in ~1 us
+            # instead of ~5.
+            first = inputs[0]
+            axis = self.axis + first.ndim if self.axis < 0 else self.axis
+            if 0 <= axis < first.ndim and \
+                    sum(a.size for a in inputs) * first.itemsize <= current_limits().max_tensor_bytes:
+                return (np.concatenate(inputs, axis=axis),)
         arrays, axis = self.arrays(inputs)
         return (self.xp.concat(arrays, axis=axis),)
 
