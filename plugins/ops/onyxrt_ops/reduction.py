@@ -309,9 +309,12 @@ class ReduceLogSumExp(ReduceLogSum):
     def reduce(self, x, axes, name):
         xp = self.xp
         w = self.as_float(x, name)
-        m = xp.max(w, axis=axes, keepdims=True)
+        # (over host numpy, the ufuncs np.max/np.sum wrap: the same reductions)
+        m = np.maximum.reduce(w, axis=axes, keepdims=True) if self._host else xp.max(w, axis=axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0.0)  # all -inf (or inf, NaN): no shift
-        y = xp.log(xp.sum(xp.exp(w - m), axis=axes, keepdims=True)) + m
+        e = xp.exp(w - m)
+        total = np.add.reduce(e, axis=axes, keepdims=True) if self._host else xp.sum(e, axis=axes, keepdims=True)
+        y = xp.log(total) + m
         return y if self.keepdims else xp.squeeze(y, axis=axes)
 
 
