@@ -462,15 +462,17 @@ class _Forest:
 
     def scores(self, x: np.ndarray, aggregate: int, base: np.ndarray | None) -> np.ndarray:
         """Aggregated (N, n_targets) float64 scores, base values added."""
-        w, votes = self.evaluate(x)
-        if aggregate in (0, 1):
-            out = w.sum(axis=1)
+        if aggregate in (0, 1):  # a sum or an average: the votes are not needed
+            x = x[None, :] if x.ndim == 1 else x
+            leaf = self.leaves(x.reshape(x.shape[0], prod(x.shape[1:])).astype(np.float64, copy=False))
+            out = np.add.reduce(self.weight[leaf], axis=1)
             if aggregate == 0 and len(self.roots):
                 out /= len(self.roots)
-        else:
-            picked = np.where(votes, w, np.inf if aggregate == 2 else -np.inf)
-            out = picked.min(axis=1) if aggregate == 2 else picked.max(axis=1)
-            out = np.where(votes.any(axis=1), out, 0.0)
+            return out if base is None else out + base
+        w, votes = self.evaluate(x)  # a minimum or a maximum over the trees that vote
+        picked = np.where(votes, w, np.inf if aggregate == 2 else -np.inf)
+        out = picked.min(axis=1) if aggregate == 2 else picked.max(axis=1)
+        out = np.where(votes.any(axis=1), out, 0.0)
         return out if base is None else out + base
 
 
