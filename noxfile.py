@@ -536,8 +536,8 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def bench_models(session: nox.Session) -> None:
     """Model families against onnxruntime (benchmarks/families.py): real torch exports, their
-    quantized versions (onnxruntime's quantization tools), recurrent and tiny models; each
-    runtime in its own fresh process. Exports into a tmp folder first (skipped when the
+    quantized versions (onnxruntime's quantization tools), recurrent and tiny models, and
+    scikit-learn estimators as skl2onnx converts them; each runtime in its own fresh process. Exports into a tmp folder first (skipped when the
     files are there). Not a default session: torch and transformers are large.
 
         nox -s bench_models                                    # every family
