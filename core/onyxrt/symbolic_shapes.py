@@ -388,6 +388,8 @@ _SAME_SHAPE = frozenset({
     "HardSwish", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
     "Round", "Sin", "Cos", "Not", "IsNaN", "Softplus", "Softsign", "Clip", "Softmax", "LogSoftmax",
     "Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
+    # quantized models (quantize_dynamic's DynamicQuantizeLinear before every MatMulInteger)
+    "DynamicQuantizeLinear", "QuantizeLinear", "DequantizeLinear",
 })
 #: Operators whose output is their inputs broadcast (numpy's rule).
 _BROADCASTING = frozenset({
@@ -399,8 +401,8 @@ _BROADCASTING = frozenset({
 #: Reductions whose axes are an attribute (opset < 18, ReduceSum < 13) or their second input.
 _REDUCING = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"})
 #: Operators :func:`_carry` has a shape rule for.
-_CARRIED = _SAME_SHAPE | _BROADCASTING | _REDUCING | {"Transpose", "MatMul", "Gather", "GatherElements",
-                                                     "Concat", "Split"}
+_CARRIED = _SAME_SHAPE | _BROADCASTING | _REDUCING | {"Transpose", "MatMul", "MatMulInteger", "Gather",
+                                                     "GatherElements", "Concat", "Split", "Unsqueeze"}
 
 
 def _carry(state: _State, node: onnx.NodeProto) -> None:
@@ -429,7 +431,7 @@ def _carry(state: _State, node: onnx.NodeProto) -> None:
             perm = list(range(len(shape)))[::-1] if perm is None else perm
             if sorted(perm) == list(range(len(shape))):
                 found = [shape[p] for p in perm]
-    elif op == "MatMul":
+    elif op in ("MatMul", "MatMulInteger"):
         found = _matmul_shape(state.shapes.get(node.input[0]), state.shapes.get(node.input[1]))
     elif op == "Gather" and len(node.input) == 2:
         data, idx = state.shapes.get(node.input[0]), state.shapes.get(node.input[1])
@@ -445,6 +447,8 @@ def _carry(state: _State, node: onnx.NodeProto) -> None:
         found = _concat_shape([state.shapes.get(i) for i in node.input], int(_attr(node, "axis", 0)))  # type: ignore[call-overload]
     elif op == "Split":
         _carry_split(state, node)
+    elif op == "Unsqueeze":  # an attention mask made [batch, 1, 1, seq]
+        found = _unsqueezed_shape(state, node)
     if found is not None:
         state.shapes.learn(out, found)
 
@@ -524,6 +528,23 @@ def _broadcast_shapes(shapes: Sequence[list[Dim] | None]) -> list[Dim] | None:
         else:
             out.append(rest[0])
     return out
+
+
+def _unsqueezed_shape(state: _State, node: onnx.NodeProto) -> list[Dim] | None:
+    """Unsqueeze's output: ones inserted at the axes (an attribute before opset 13, then a
+    constant input), counted in the output's rank."""
+    shape = state.shapes.get(node.input[0])
+    axes = _ints_attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = state.ints(node.input[1])
+    if shape is None or not axes:
+        return None
+    rank = len(shape) + len(axes)
+    at = {a + rank if a < 0 else a for a in axes}
+    if len(at) != len(axes) or any(not 0 <= a < rank for a in at):
+        return None
+    rest = iter(shape)
+    return [Expr.of(1) if i in at else next(rest) for i in range(rank)]
 
 
 def _matmul_shape(a: list[Dim] | None, b: list[Dim] | None) -> list[Dim] | None:
