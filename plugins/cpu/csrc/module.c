@@ -82,6 +82,8 @@ static PyMethodDef methods[] = {
      "a walk forest)."},
     {"svm_rbf", py_svm_rbf, METH_VARARGS,
      "svm_rbf(x, svt, out, n, f, v, gamma): out (n, v) float32 = exp(-gamma * |x_n - svt[:, v]|^2)"},
+    {"svm_decide", py_svm_decide, METH_VARARGS,
+     "svm_decide(k, wt, rho, pi, pj, s, label, n, v, m, c): one-vs-one decision values and vote winners"},
     {"svm_couple", py_svm_couple, METH_VARARGS,
      "svm_couple(p, out, n, c, eps): out (n, c) float32 = libsvm's coupling of the pair probabilities p"},
     {"tree_run", py_tree_run, METH_VARARGS,

@@ -223,6 +223,7 @@ PyObject *py_tree_forest(PyObject *self, PyObject *args);
 PyObject *py_tree_run(PyObject *self, PyObject *args);
 PyObject *py_svm_rbf(PyObject *self, PyObject *args);
 PyObject *py_svm_couple(PyObject *self, PyObject *args);
+PyObject *py_svm_decide(PyObject *self, PyObject *args);
 /* softmax.c: softmax over `rows` contiguous rows of n floats (y may be x). */
 void onyxrt_softmax(const float *x, float *y, idx rows, idx n);
 PyObject *py_set_threads(PyObject *self, PyObject *args);

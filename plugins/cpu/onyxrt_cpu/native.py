@@ -316,17 +316,46 @@ def svm_rbf(x: np.ndarray, sv_t: np.ndarray, gamma: float) -> np.ndarray | None:
     return out
 
 
-def svm_couple(p: np.ndarray, classes: int, eps: float) -> np.ndarray | None:
+def svm_couple(p: np.ndarray, classes: int, eps: float, platt: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> np.ndarray | None:
     """libsvm's pairwise coupling, as onnxruntime runs it: the class probabilities (N, C)
     float32 of the pair probabilities ``p`` (N, C (C - 1) / 2) float32 (pairs (i, j), i < j,
     in order), iterated until no class is off by ``eps`` (at most max(100, C) rounds).
+    With ``platt`` (a, b), ``p`` holds decision values, made pair probabilities first as
+    onnxruntime's ``sigmoid_probability``: 1 - logistic(s a + b) within [1e-7, 1 - 1e-7].
     ``None`` when the call does not qualify. See csrc/svm.c."""
+    pairs = classes * (classes - 1) // 2
     if (not ENABLED or not hasattr(_native, "svm_couple") or p.dtype != _F32 or p.ndim != 2
-            or classes < 2 or p.shape[1] != classes * (classes - 1) // 2):
+            or classes < 2 or p.shape[1] != pairs):
         return None
     out = np.empty((p.shape[0], classes), _F32)
-    _native.svm_couple(np.ascontiguousarray(p), out, p.shape[0], classes, eps)
+    if platt is None:
+        _native.svm_couple(np.ascontiguousarray(p), out, p.shape[0], classes, eps)
+    else:
+        a, b = (np.ascontiguousarray(v[:pairs], dtype=_F32) for v in platt)
+        if a.size != pairs or b.size != pairs:
+            return None
+        _native.svm_couple(np.ascontiguousarray(p), out, p.shape[0], classes, eps, a, b)
     return out
+
+
+def svm_decide(k: np.ndarray, weights_t: np.ndarray, rho: np.ndarray, pair_i: np.ndarray, pair_j: np.ndarray,
+               classes: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """One-vs-one SVM decisions: the decision values (N, pairs) float32 — each pair's
+    weights (``weights_t`` (pairs, V) float64) times the kernel values ``k`` (N, V) float32
+    summed in float64 vector by vector (onnxruntime's order), plus ``rho`` — and each row's
+    vote winner (int64, the first of equal counts; a NaN value votes for neither class of
+    its pair). ``None`` when the call does not qualify. See csrc/svm.c."""
+    if (not ENABLED or not hasattr(_native, "svm_decide") or k.dtype != _F32 or k.ndim != 2
+            or weights_t.dtype != np.float64 or weights_t.ndim != 2 or weights_t.shape[1] != k.shape[1]):
+        return None
+    pairs = weights_t.shape[0]
+    s = np.empty((k.shape[0], pairs), _F32)
+    label = np.empty(k.shape[0], np.int64)
+    _native.svm_decide(np.ascontiguousarray(k), np.ascontiguousarray(weights_t),
+                       np.ascontiguousarray(rho, dtype=np.float64), np.ascontiguousarray(pair_i, dtype=np.int64),
+                       np.ascontiguousarray(pair_j, dtype=np.int64), s, label, k.shape[0], k.shape[1], pairs, classes)
+    return s, label
 
 
 def _held_forest(x: np.ndarray, forest: Any, weights: np.ndarray | None) -> Any:

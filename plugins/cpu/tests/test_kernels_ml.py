@@ -592,3 +592,55 @@ def test_svm_classifier_with_probabilities_matches_onnxruntime(classes, kernel):
     want = onnxruntime(node, 1, [x], [TensorProto.INT64, TensorProto.FLOAT])
     assert got[0].tolist() == want[0].tolist()
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="the compiled module is not built")
+@pytest.mark.parametrize("classes", [2, 3, 5])
+def test_svm_couple_with_platt_scaling_matches_the_library(classes):
+    """Decision values Platt-scaled in the compiled call (onnxruntime's
+    sigmoid_probability and clamp) then coupled, against the library's array steps."""
+    from onyxrt_ops.backend import numpy_backend
+    from onyxrt_ops.library import library
+    from onyxrt_ops.ml import _logistic
+
+    rng = np.random.default_rng(classes)
+    pairs = classes * (classes - 1) // 2
+    a = (-rng.uniform(0.5, 3, pairs)).astype(np.float32)
+    b = rng.normal(size=pairs).astype(np.float32)
+    node = helper.make_node("SVMClassifier", ["x"], ["label", "scores"], domain=ML, kernel_type="RBF",
+                            kernel_params=[0.3, 0.0, 3.0], vectors_per_class=[1] * classes,
+                            support_vectors=rng.standard_normal(classes * 2).tolist(),
+                            coefficients=rng.standard_normal((classes - 1) * classes).tolist(),
+                            rho=rng.standard_normal(pairs).tolist(), prob_a=a.tolist(), prob_b=b.tolist(),
+                            classlabels_ints=list(range(classes)))
+    kernel = library.kernel("SVMClassifier", 1, numpy_backend(), ML)(KernelInfo.from_node(node, 1))
+    s = rng.uniform(-6, 6, (9, pairs)).astype(np.float32)
+    s[0, 0] = 40.0  # a clamped pair probability
+    want = kernel.couple(np.clip(1.0 - _logistic(np, s * a + b), 1e-7, 1.0 - 1e-7))
+    got = native.svm_couple(s, classes, 0.005 / classes, (a, b))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7)
+
+
+@pytest.mark.skipif(not native.ENABLED, reason="the compiled module is not built")
+def test_svm_decide_values_and_votes():
+    """Decision values summed in float64 vector by vector (the same bits as a Python
+    loop over float64) and the vote winner (numpy's arg-max: the first of equal counts);
+    a NaN decision votes for neither class of its pair."""
+    rng = np.random.default_rng(0)
+    classes, v = 4, 11
+    pairs = [(i, j) for i in range(classes - 1) for j in range(i + 1, classes)]
+    pi, pj = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    k = rng.standard_normal((5, v)).astype(np.float32)
+    wt = rng.standard_normal((len(pairs), v))
+    rho = rng.standard_normal(len(pairs))
+    s, label = native.svm_decide(k, wt, rho, pi, pj, classes)
+    want = np.array([[np.float32(sum(float(k[n, j]) * wt[p, j] for j in range(v)) + rho[p])
+                      for p in range(len(pairs))] for n in range(5)], np.float32)
+    np.testing.assert_array_equal(s, want)
+    votes = (want > 0).astype(int) @ np.eye(classes, dtype=int)[pi] + (want <= 0).astype(int) @ np.eye(classes, dtype=int)[pj]
+    assert label.tolist() == votes.argmax(axis=1).tolist()
+    # NaN in the kernel values: every decision NaN, no votes at all: class 0 (the first).
+    k[0, 0] = np.nan
+    s, label = native.svm_decide(k, wt, rho, pi, pj, classes)
+    assert np.isnan(s[0]).all() and label[0] == 0
+    assert native.svm_decide(k[:, :3], wt, rho, pi, pj, classes) is None  # widths differ: not compiled

@@ -935,6 +935,12 @@ class SVMClassifier(_SVM):
             self.w[start[i]:start[i + 1], p] = coef[j - 1, start[i]:start[i + 1]]
             self.w[start[j]:start[j + 1], p] = coef[i, start[j]:start[j + 1]]
             self.vote_i[p, i] = self.vote_j[p, j] = 1.0
+        # The backend's compiled decisions (``svm_decide``: values and vote winners), with
+        # its operands laid out once.
+        decide = self.backend.extras.get("svm_decide")
+        self._decide = None if decide is None else (
+            decide, np.ascontiguousarray(self.w.T), self.rho[:m].astype(np.float64),
+            np.array([i for i, _ in self.pairs], np.int64), np.array([j for _, j in self.pairs], np.int64))
 
     def compute(self, x: Any) -> tuple[Any, Any]:
         xp = self.xp
@@ -946,11 +952,19 @@ class SVMClassifier(_SVM):
             label = _argmax(xp, s)
             top = xp.max(s, axis=1) if s.shape[0] else s[:, 0]
         else:
-            # onnxruntime sums the decision values in double.
-            s = xp.astype(xp.astype(k, f64) @ self.const(self.w) + self.const(self.rho[: len(self.pairs)]
-                                                                               .astype(np.float64)), f32)
-            votes = xp.astype(s > 0, f32) @ self.const(self.vote_i) + xp.astype(s <= 0, f32) @ self.const(self.vote_j)
-            label = xp.argmax(votes, axis=1)
+            found = None
+            if self._decide is not None and isinstance(k, np.ndarray):
+                decide, *operands = self._decide
+                found = decide(k, *operands, c)
+            if found is not None:
+                s, label = found
+            else:
+                # onnxruntime sums the decision values in double.
+                s = xp.astype(xp.astype(k, f64) @ self.const(self.w) + self.const(self.rho[: len(self.pairs)]
+                                                                                   .astype(np.float64)), f32)
+                votes = (xp.astype(s > 0, f32) @ self.const(self.vote_i)
+                         + xp.astype(s <= 0, f32) @ self.const(self.vote_j))
+                label = xp.argmax(votes, axis=1)
             top = xp.zeros(s.shape[0], dtype=f32)
             if have_proba:
                 s = self._coupled(s)
@@ -969,13 +983,13 @@ class SVMClassifier(_SVM):
         (libsvm's coupling, as onnxruntime's multiclass_probability iterates it)."""
         xp, c = self.xp, len(self.classes)
         m = len(self.pairs)
-        val = s * self.const(self.proba[:m]) + self.const(self.probb[:m])
-        p = xp.clip(1.0 - _logistic(xp, val), 1e-7, 1.0 - 1e-7)  # (N, pairs)
         couple = self.backend.extras.get("svm_couple")
-        if couple is not None and isinstance(p, np.ndarray):
-            found = couple(p, c, 0.005 / c)
+        if couple is not None and isinstance(s, np.ndarray):
+            found = couple(s, c, 0.005 / c, (self.proba, self.probb))  # Platt's step included
             if found is not None:
                 return found
+        val = s * self.const(self.proba[:m]) + self.const(self.probb[:m])
+        p = xp.clip(1.0 - _logistic(xp, val), 1e-7, 1.0 - 1e-7)  # (N, pairs)
         return self.couple(p)
 
     def couple(self, p: Any) -> Any:
