@@ -478,6 +478,13 @@ def _cast_options(info: KernelInfo) -> tuple[bool, str]:
     return saturate, round_mode
 
 
+#: numpy's own bool, integer and IEEE float types (not ml_dtypes', some of which say
+#: kind "f" too: float8_e5m2).
+_NUMPY_NUMBERS = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64))
+
+
 @registry.register("Cast", since=(1, 6, 9, 13, 19, 21, 23, 24, 25, 28))
 class Cast(Kernel):
     """Convert to the element type ``to``: numbers, strings, float8/4-bit/2-bit types.
@@ -505,8 +512,14 @@ class Cast(Kernel):
                 "provider can hold"
             ) from None
         self.saturate, self.round_mode = _cast_options(info)
+        #: A target numpy's astype reaches as Cast does (bool, integers, IEEE floats): a numeric
+        #: array inside a run is cast as cast_array would, without its checks (a third of
+        #: the scikit-learn conversions' many one-value Casts).
+        self._plain = self.to in _NUMPY_NUMBERS
 
     def compute(self, x):
+        if self._plain and type(x) is np.ndarray and x.dtype in _NUMPY_NUMBERS and float_errors_ignored():
+            return (x if x.dtype == self.to else x.astype(self.to),)
         return (cast_array(x, self.to, saturate=self.saturate, round_mode=self.round_mode),)
 
 
