@@ -31,6 +31,30 @@ onyxrt_gelu_erf(const float *x, float *y, idx n, const float *coeffs, float clam
     }
 }
 
+/* erf_float32 itself: erf(x) = x-signed |x| q(2 |x|^2 / clamp^2 - 1), |x| clamped (NaN
+ * stays NaN, as under np.minimum), every operation erf_float32's in its order, so the
+ * same bits; its numpy form makes ~40 calls, which a small tensor pays in full. */
+MULTIVERSION static void
+onyxrt_erf32(const float *x, float *y, idx n, const float *coeffs, float clamp, float t_scale)
+{
+    float c[ERF_COEFFS];
+    for (int k = 0; k < ERF_COEFFS; k++) {
+        c[k] = coeffs[k];
+    }
+    for (idx i = 0; i < n; i++) {
+        const float xi = x[i];
+        const float u = fabsf(xi);
+        const float a = u > clamp ? clamp : u; /* NaN stays NaN */
+        const float t = a * a * t_scale - 1.0f;
+        float acc = c[ERF_COEFFS - 1];
+#pragma GCC unroll 32
+        for (int k = ERF_COEFFS - 2; k >= 0; k--) {
+            acc = acc * t + c[k];
+        }
+        y[i] = copysignf(acc * a, xi);
+    }
+}
+
 typedef struct {
     const float *x;
     float *y;
@@ -46,15 +70,18 @@ gelu_erf_range(void *ctx, idx begin, idx end)
                     c->scale);
 }
 
-PyObject *
-py_gelu_erf(PyObject *self, PyObject *args)
+static void
+erf32_range(void *ctx, idx begin, idx end)
 {
-    (void)self;
-    PyObject *xo, *yo, *co;
-    float clamp, t_scale, scale;
-    if (!PyArg_ParseTuple(args, "OOOfff", &xo, &yo, &co, &clamp, &t_scale, &scale)) {
-        return NULL;
-    }
+    const GeluErf *c = (const GeluErf *)ctx;
+    onyxrt_erf32(c->x + begin, c->y + begin, end - begin, c->coeffs, c->clamp, c->t_scale);
+}
+
+/* The polynomial over x into out: GELU, or (erf_only) erf itself. */
+static PyObject *
+run_erf_polynomial(PyObject *xo, PyObject *yo, PyObject *co, float clamp, float t_scale, float scale,
+                   int erf_only)
+{
     enum { X, Y, C, VIEWS };
     Py_buffer views[VIEWS];
     memset(views, 0, sizeof(views));
@@ -71,10 +98,34 @@ py_gelu_erf(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     GeluErf call = {(const float *)views[X].buf, (float *)views[Y].buf,
                     (const float *)views[C].buf, clamp, t_scale, scale};
-    parallel_for(gelu_erf_range, &call, n, MIN_PARALLEL_FLOATS);
+    parallel_for(erf_only ? erf32_range : gelu_erf_range, &call, n, MIN_PARALLEL_FLOATS);
     Py_END_ALLOW_THREADS
     release_all(views, VIEWS);
     Py_RETURN_NONE;
+}
+
+PyObject *
+py_gelu_erf(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *yo, *co;
+    float clamp, t_scale, scale;
+    if (!PyArg_ParseTuple(args, "OOOfff", &xo, &yo, &co, &clamp, &t_scale, &scale)) {
+        return NULL;
+    }
+    return run_erf_polynomial(xo, yo, co, clamp, t_scale, scale, 0);
+}
+
+PyObject *
+py_erf32(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *yo, *co;
+    float clamp, t_scale;
+    if (!PyArg_ParseTuple(args, "OOOff", &xo, &yo, &co, &clamp, &t_scale)) {
+        return NULL;
+    }
+    return run_erf_polynomial(xo, yo, co, clamp, t_scale, 0.0f, 1);
 }
 
 MULTIVERSION void

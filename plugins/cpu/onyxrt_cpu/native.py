@@ -211,6 +211,17 @@ def gelu_erf(
     return y
 
 
+def erf32(x: np.ndarray, coefficients: np.ndarray, clamp: float, t_scale: float) -> np.ndarray | None:
+    """erf of a float32 array by :func:`~onyxrt_cpu.kernels._special.erf_float32`'s
+    polynomial and operations (the same bits) in one pass; ``None`` when ``x`` does not
+    qualify."""
+    if not _ready(x, coefficients) or coefficients.size != _native.ERF_COEFFS or not hasattr(_native, "erf32"):
+        return None
+    y = np.empty_like(x)
+    _native.erf32(x, y, coefficients, clamp, t_scale)
+    return y
+
+
 def logistic(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
     """Sigmoid of a float32 array as onnxruntime's CPU provider computes it (MLAS's rational
     approximation with fused multiply-adds: bit-identical results), into ``out`` (may be

@@ -26,7 +26,14 @@ from onyxrt_cpu import native
 from onyxrt_cpu.kernels import conv as conv_kernels
 from onyxrt_cpu.kernels import registry, winograd
 from onyxrt_cpu.kernels._spatial import window
-from onyxrt_cpu.kernels._special import erf_float32, gelu_float32_native
+from onyxrt_cpu.kernels._special import (
+    _ERF32_CLAMP_ARG,
+    _ERF32_T_SCALE,
+    _erf32_poly,
+    erf_float32,
+    erf_float32_numpy,
+    gelu_float32_native,
+)
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ONYXRT_CPU_PURE", "") not in ("", "0"),
@@ -319,13 +326,28 @@ def test_gelu_is_erf_float32_bit_for_bit():
     x = (rng.standard_normal(10_000) * 4).astype(np.float32)
     x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, 3.92, -100.0]
     with np.errstate(invalid="ignore"):
-        reference = erf_float32(x * np.float32(1.0 / math.sqrt(2.0)))
+        reference = erf_float32_numpy(x * np.float32(1.0 / math.sqrt(2.0)))
         reference *= np.float32(0.5)
         reference += np.float32(0.5)
         reference *= x
     compiled = gelu_float32_native(x)
     assert compiled is not None
     np.testing.assert_array_equal(compiled, reference)
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 10_001])
+def test_erf_float32_compiled_is_its_numpy_form_bit_for_bit(n):
+    """erf_float32 compiled (native.erf32) gives the bits of its numpy operations, NaN,
+    infinities, signed zeros and the clamp included; a strided view takes numpy."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, 3.92, -100.0], np.float32)[:n]
+    x[:special.size] = special
+    compiled = native.erf32(x, _erf32_poly(), _ERF32_CLAMP_ARG, _ERF32_T_SCALE)
+    assert compiled is not None
+    np.testing.assert_array_equal(compiled.view(np.uint32), erf_float32_numpy(x).view(np.uint32))
+    np.testing.assert_array_equal(erf_float32(x).view(np.uint32), compiled.view(np.uint32))
+    assert native.erf32(np.zeros(8, np.float32)[::2], _erf32_poly(), _ERF32_CLAMP_ARG, _ERF32_T_SCALE) is None
 
 
 def test_gelu_accuracy_against_math_erf():
