@@ -5,6 +5,8 @@
 static PyMethodDef methods[] = {
     {"gelu_erf", py_gelu_erf, METH_VARARGS,
      "gelu_erf(x, out, coefficients, clamp, t_scale, scale): out = x * (0.5 + 0.5 erf(x * scale))."},
+    {"unary_activation", py_unary_activation, METH_VARARGS,
+     "unary_activation(x, out, kind, p0, p1): LeakyRelu/HardSigmoid/HardSwish/ThresholdedRelu of float32 x."},
     {"erf32", py_erf32, METH_VARARGS,
      "erf32(x, out, coefficients, clamp, t_scale): out = erf(x), erf_float32's polynomial and operations."},
     {"qgemm_u8s8", py_qgemm_u8s8, METH_VARARGS,

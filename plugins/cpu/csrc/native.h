@@ -157,6 +157,7 @@ fill(float *dst, idx n, float value)
 /* The Python entry points (module.c's method table). */
 PyObject *py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *py_erf32(PyObject *self, PyObject *args);
+PyObject *py_unary_activation(PyObject *self, PyObject *args);
 PyObject *py_transpose(PyObject *self, PyObject *args);
 PyObject *py_gelu_tanh(PyObject *self, PyObject *args);
 PyObject *py_logistic_tanh(PyObject *self, PyObject *args);

@@ -222,6 +222,22 @@ def erf32(x: np.ndarray, coefficients: np.ndarray, clamp: float, t_scale: float)
     return y
 
 
+#: unary_activation's kinds (csrc/activation.c's UNARY_*).
+UNARY_KINDS = {"LeakyRelu": 0, "HardSigmoid": 1, "HardSwish": 2, "ThresholdedRelu": 3}
+
+
+def unary_activation(x: np.ndarray, op: str, alpha: float = 0.0, beta: float = 0.0) -> np.ndarray | None:
+    """LeakyRelu, HardSigmoid, HardSwish or ThresholdedRelu (``op``) of a float32 array in
+    one pass, with the operator library's operations in its order (alpha, beta as float32);
+    ``None`` when ``x`` does not qualify or ``op`` is not one of those."""
+    kind = UNARY_KINDS.get(op)
+    if kind is None or not _ready(x) or not hasattr(_native, "unary_activation"):
+        return None
+    y = np.empty_like(x)
+    _native.unary_activation(x, y, kind, alpha, beta)
+    return y
+
+
 def logistic(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
     """Sigmoid of a float32 array as onnxruntime's CPU provider computes it (MLAS's rational
     approximation with fused multiply-adds: bit-identical results), into ``out`` (may be

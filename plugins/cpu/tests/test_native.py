@@ -775,3 +775,40 @@ def test_log_softmax_session_takes_the_compiled_rows(opset):
     assert step.kernel.compute.__qualname__.startswith("_compiled_call")
     x = (np.random.default_rng(3).standard_normal((80, 1, 100)) * 6).astype(np.float32)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], _log_softmax64(x), rtol=2e-6, atol=2e-6)
+
+
+# ----------------------------------------------------------------- elementwise activations
+
+
+@pytest.mark.parametrize(("op", "version", "attrs"), [
+    ("LeakyRelu", 16, {}), ("LeakyRelu", 16, {"alpha": 0.3}), ("HardSigmoid", 6, {"alpha": 0.3, "beta": 0.4}),
+    ("HardSigmoid", 6, {}), ("HardSwish", 14, {}), ("ThresholdedRelu", 10, {"alpha": 0.7}),
+])
+@pytest.mark.parametrize("n", [1, 17, 100_003])
+def test_unary_activation_is_the_librarys_formula(op, version, attrs, n):
+    """The compiled pass against the operator library's numpy formula, bit for bit (NaN,
+    infinities, tiny values included) — but for LeakyRelu of -0.0, which it keeps as
+    -0.0 (x >= 0 gives x), as onnxruntime does, where the formula's max + min gives +0.0."""
+    import onnx
+
+    from onyxrt.kernels import KernelInfo
+    from onyxrt_ops.backend import numpy_backend
+    from onyxrt_ops.library import library
+
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-38, -1e-38, 3.0], np.float32)[:n]
+    x[:special.size] = special
+    node = onnx.helper.make_node(op, ["x"], ["y"], **attrs)
+    kernel = library.kernel(op, version, numpy_backend())(KernelInfo.from_node(node, 17))
+    with np.errstate(all="ignore"):
+        want = kernel.f(x)
+    got = native.unary_activation(x, op, *kernel.params)
+    differ = np.flatnonzero(want.view(np.uint32) != got.view(np.uint32))
+    if op == "LeakyRelu":
+        assert all(x[i] == 0 and np.signbit(x[i]) and np.signbit(got[i]) for i in differ)
+    else:
+        assert differ.size == 0
+    assert native.unary_activation(x.astype(np.float64), op, *kernel.params) is None
+    assert native.unary_activation(np.zeros(8, np.float32)[::2], op) is None
+    assert native.unary_activation(x, "Relu") is None  # not one of its operators

@@ -99,13 +99,27 @@ class FloatAttrs(OpKernel):
 
 class FloatUnary(FloatAttrs):
     """An elementwise float activation: :meth:`f` on the input widened to float32/64,
-    rounded back to the input's type."""
+    rounded back to the input's type. Where the backend has a compiled pass for it (the
+    ``unary_activation(x, name, p0, p1)`` extra: the same operations in one pass, for
+    host float32 arrays), :attr:`compiled` names the operator and :attr:`params` holds
+    its float attributes."""
+
+    #: The operator's name for the backend's ``unary_activation``, where it takes it.
+    compiled: str | None = None
+    #: (alpha, beta) as the compiled pass takes them.
+    params: tuple[float, float] = (0.0, 0.0)
 
     def f(self, x: Any) -> Any:
         """The activation of a float32/float64 array."""
         raise NotImplementedError
 
     def compute(self, x):
+        if self.compiled is not None and type(x) is np.ndarray and x.dtype == np.float32:
+            act = self.backend.extras.get("unary_activation")
+            if act is not None:
+                y = act(x, self.compiled, *self.params)
+                if y is not None:
+                    return (y,)
         return (self.narrow(self.f(_wide(self, x)), x),)
 
 
@@ -126,9 +140,12 @@ class Relu(OpKernel):
 class LeakyRelu(FloatUnary):
     """y = x if x >= 0 else alpha * x."""
 
+    compiled = "LeakyRelu"
+
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.alpha = self.float_attr("alpha", 0.01)
+        self.params = (self.alpha, 0.0)
 
     def f(self, x):
         # max/min instead of where: exact, and faster on mixed signs.
@@ -211,9 +228,12 @@ class Celu(FloatUnary):
 class ThresholdedRelu(FloatUnary):
     """y = x if x > alpha else 0."""
 
+    compiled = "ThresholdedRelu"
+
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.alpha = self.float_attr("alpha", 1.0)
+        self.params = (self.alpha, 0.0)
 
     def f(self, x):
         return self.xp.where(x > self.alpha, x, 0.0)
@@ -285,10 +305,13 @@ class Sigmoid(FloatUnary):
 class HardSigmoid(FloatUnary):
     """y = max(0, min(1, alpha * x + beta))."""
 
+    compiled = "HardSigmoid"
+
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.alpha = self.float_attr("alpha", 0.2)
         self.beta = self.float_attr("beta", 0.5)
+        self.params = (self.alpha, self.beta)
 
     def f(self, x):
         return self.xp.clip(x * self.alpha + self.beta, 0.0, 1.0)
@@ -297,6 +320,8 @@ class HardSigmoid(FloatUnary):
 @library.define("HardSwish", (14, 22), types={"T": FLOATS})
 class HardSwish(FloatUnary):
     """y = x * max(0, min(1, x / 6 + 0.5))."""
+
+    compiled = "HardSwish"
 
     def f(self, x):
         return x * self.xp.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)

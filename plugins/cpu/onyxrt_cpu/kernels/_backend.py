@@ -51,7 +51,7 @@ BACKEND = numpy_backend(extras={"erf": erf, "sigmoid": sigmoid, "tanh": tanh,
                                 # only where compiled: the library walks the trees itself
                                 **({"tree_leaves": native.tree_leaves, "tree_scores": native.tree_scores,
                                     "svm_rbf": native.svm_rbf, "svm_couple": native.svm_couple,
-                                    "svm_decide": native.svm_decide,
+                                    "svm_decide": native.svm_decide, "unary_activation": native.unary_activation,
                                     "row_product": native.one_row_product,
                                     "classify_row": native.classify_row,
                                     "normalize_rows": native.normalize_rows,
