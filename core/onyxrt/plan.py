@@ -565,9 +565,9 @@ class PlanSubgraphRunner(SubgraphRunner):
         host: slots filled by position, and outputs handed to the control-flow kernel as
         the steps left them — a body's outputs are the next iteration's inputs or
         collected and stacked, never the caller's, so only initializers (which the kernel
-        could hand on to the caller) and numpy scalars are converted. A Scan over 400 rows
-        (scikit-learn's nearest neighbours) spent ~9 µs a row in ``run``'s dictionaries,
-        feed and copy rules; ~1 µs here."""
+        could hand on to the caller) and numpy scalars are converted. With the Scan's own
+        bookkeeping read once per call, a Scan over 400 rows (scikit-learn's nearest
+        neighbours, before its distances were vectorized) went from 7.1 to 5.5 ms."""
         plan = self.plan
         slots = self._slots
         if slots is None:

@@ -77,6 +77,24 @@ erf32_range(void *ctx, idx begin, idx end)
     onyxrt_erf32(c->x + begin, c->y + begin, end - begin, c->coeffs, c->clamp, c->t_scale);
 }
 
+/* views[0] = x (float32, read), views[1] = out (float32, as many, written); n their
+ * length. -1 with the error set (and the views released) when they do not qualify. */
+static int
+x_and_out(PyObject *xo, PyObject *yo, Py_buffer views[2], idx *n)
+{
+    memset(views, 0, 2 * sizeof(Py_buffer));
+    if (get_f32(xo, &views[0], 0, 0, "x") < 0) {
+        release_all(views, 2);
+        return -1;
+    }
+    *n = views[0].len / 4;
+    if (get_f32(yo, &views[1], 1, *n, "out") < 0) {
+        release_all(views, 2);
+        return -1;
+    }
+    return 0;
+}
+
 /* The polynomial over x into out: GELU, or (erf_only) erf itself. */
 static PyObject *
 run_erf_polynomial(PyObject *xo, PyObject *yo, PyObject *co, float clamp, float t_scale, float scale,
@@ -84,14 +102,12 @@ run_erf_polynomial(PyObject *xo, PyObject *yo, PyObject *co, float clamp, float 
 {
     enum { X, Y, C, VIEWS };
     Py_buffer views[VIEWS];
+    idx n;
     memset(views, 0, sizeof(views));
-    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
-        release_all(views, VIEWS);
+    if (x_and_out(xo, yo, views, &n) < 0) {
         return NULL;
     }
-    idx n = views[X].len / 4;
-    if (get_f32(yo, &views[Y], 1, n, "out") < 0 ||
-        get_f32(co, &views[C], 0, ERF_COEFFS, "coefficients") < 0) {
+    if (get_f32(co, &views[C], 0, ERF_COEFFS, "coefficients") < 0) {
         release_all(views, VIEWS);
         return NULL;
     }
@@ -155,14 +171,8 @@ elementwise_f32(PyObject *xo, PyObject *yo, void (*range)(void *, idx, idx), idx
 {
     enum { X, Y, VIEWS };
     Py_buffer views[VIEWS];
-    memset(views, 0, sizeof(views));
-    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
-        release_all(views, VIEWS);
-        return NULL;
-    }
-    const idx n = views[X].len / 4;
-    if (get_f32(yo, &views[Y], 1, n, "out") < 0) {
-        release_all(views, VIEWS);
+    idx n;
+    if (x_and_out(xo, yo, views, &n) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -252,14 +262,8 @@ py_unary_activation(PyObject *self, PyObject *args)
     }
     enum { X, Y, VIEWS };
     Py_buffer views[VIEWS];
-    memset(views, 0, sizeof(views));
-    if (get_f32(xo, &views[X], 0, 0, "x") < 0) {
-        release_all(views, VIEWS);
-        return NULL;
-    }
-    const idx n = views[X].len / 4;
-    if (get_f32(yo, &views[Y], 1, n, "out") < 0) {
-        release_all(views, VIEWS);
+    idx n;
+    if (x_and_out(xo, yo, views, &n) < 0) {
         return NULL;
     }
     UnaryCall call = {(const float *)views[X].buf, (float *)views[Y].buf, kind, p0, p1};
