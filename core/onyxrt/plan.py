@@ -145,11 +145,7 @@ class ExecutionPlan:
                 and not self.hooked_providers):
             # The usual run (host feeds, no provider hooks, no replay, not parallel or
             # profiled) without the branches below: ~0.4 µs of a tiny model's ~5 µs run.
-            quiet = ignore_float_errors()
-            try:
-                self._execute(vals, run_options)
-            finally:
-                restore_float_errors(quiet)
+            self._execute_quietly(vals, run_options)
             return self._outputs_of(vals, feeds, output_names, keep_on_device)
         for name, (value, holder) in (device_feeds or {}).items():
             if name in self.host_read_inputs:  # a host kernel reads it: it must be on the host
@@ -187,6 +183,15 @@ class ExecutionPlan:
             raise
         _end_run(started, run_options, failed=False)
         return self._outputs_of(vals, feeds, output_names, keep_on_device)
+
+    def _execute_quietly(self, vals: list[Any], run_options: Any) -> None:
+        """:meth:`_execute` with floating-point errors ignored, as every run executes
+        (overflow and invalid values are results, as in onnxruntime)."""
+        quiet = ignore_float_errors()
+        try:
+            self._execute(vals, run_options)
+        finally:
+            restore_float_errors(quiet)
 
     def host_only(self) -> bool:
         """Whether a run is :meth:`run`'s usual one with every output on the host (no
@@ -581,11 +586,7 @@ class PlanSubgraphRunner(SubgraphRunner):
             vals[slot] = value
         for slot, name in slots[1]:
             vals[slot] = outer[name]
-        quiet = ignore_float_errors()
-        try:
-            plan._execute(vals, run_options)
-        finally:
-            restore_float_errors(quiet)
+        plan._execute_quietly(vals, run_options)
         protected = plan.protected
         results = []
         for slot in slots[2]:

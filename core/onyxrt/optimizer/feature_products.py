@@ -23,10 +23,13 @@ columns; the session's providers run Gather, Reshape and ReduceProd.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import helper
 
+from ..kernels import parse_attribute
 from .rewrite import DEFAULT_DOMAINS, Rewrite, has_op
 from .support import PassContext
 
@@ -50,23 +53,23 @@ def fuse_feature_products(model: onnx.ModelProto, ctx: PassContext) -> onnx.Mode
     return rw.commit()
 
 
-def _ints_attribute(node: onnx.NodeProto, name: str) -> list[int] | None:
-    for a in node.attribute:
-        if a.name == name:
-            return list(a.ints) if a.type == onnx.AttributeProto.INTS else [int(a.i)]
-    return None
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: parse_attribute(a) for a in node.attribute}
 
 
 def _column(rw: Rewrite, name: str, concat: onnx.NodeProto) -> _Column | None:
     """The product column ``name`` of ``concat``, or None."""
     prod = rw.produced_by(name, "ReduceProd")
-    if prod is None or not rw.feeds_only(name, concat) or (_ints_attribute(prod, "keepdims") or [1]) != [1]:
+    if prod is None or not rw.feeds_only(name, concat):
+        return None
+    attrs = _attrs(prod)
+    if attrs.get("keepdims", 1) != 1:
         return None
     if rw.opset() >= 18:
         axes = rw.array(prod.input[1]) if len(prod.input) > 1 and prod.input[1] else None
         if axes is None or axes.dtype.kind not in "iu" or axes.reshape(-1).tolist() not in ([1], [-1]):
             return None
-    elif _ints_attribute(prod, "axes") not in ([1], [-1]):
+    elif attrs.get("axes") not in ([1], [-1]):
         return None
     afe = rw.producer.get(prod.input[0])
     if afe is None or afe.op_type != "ArrayFeatureExtractor" or afe.domain != _ML or rw.is_removed(afe) \
@@ -83,7 +86,7 @@ def _column(rw: Rewrite, name: str, concat: onnx.NodeProto) -> _Column | None:
 
 
 def _fuse_concat(rw: Rewrite, concat: onnx.NodeProto) -> None:
-    axis = (_ints_attribute(concat, "axis") or [0])[0]
+    axis = _attrs(concat).get("axis", 0)
     out_shape = rw.shape(concat.output[0])
     if axis not in (1, -1) or (out_shape is not None and len(out_shape) != 2):
         return

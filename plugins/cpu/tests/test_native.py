@@ -803,12 +803,12 @@ def test_unary_activation_is_the_librarys_formula(op, version, attrs, n):
     kernel = library.kernel(op, version, numpy_backend())(KernelInfo.from_node(node, 17))
     with np.errstate(all="ignore"):
         want = kernel.f(x)
-    got = native.unary_activation(x, op, *kernel.params)
+    got = native.unary_activation(x, op, kernel.alpha, kernel.beta)
     differ = np.flatnonzero(want.view(np.uint32) != got.view(np.uint32))
     if op == "LeakyRelu":
         assert all(x[i] == 0 and np.signbit(x[i]) and np.signbit(got[i]) for i in differ)
     else:
         assert differ.size == 0
-    assert native.unary_activation(x.astype(np.float64), op, *kernel.params) is None
+    assert native.unary_activation(x.astype(np.float64), op, kernel.alpha, kernel.beta) is None
     assert native.unary_activation(np.zeros(8, np.float32)[::2], op) is None
     assert native.unary_activation(x, "Relu") is None  # not one of its operators

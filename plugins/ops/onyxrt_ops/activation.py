@@ -101,13 +101,14 @@ class FloatUnary(FloatAttrs):
     """An elementwise float activation: :meth:`f` on the input widened to float32/64,
     rounded back to the input's type. Where the backend has a compiled pass for it (the
     ``unary_activation(x, name, p0, p1)`` extra: the same operations in one pass, for
-    host float32 arrays), :attr:`compiled` names the operator and :attr:`params` holds
-    its float attributes."""
+    host float32 arrays), :attr:`compiled` names the operator, which it computes with the
+    operator's ``alpha`` and ``beta``."""
 
     #: The operator's name for the backend's ``unary_activation``, where it takes it.
     compiled: str | None = None
-    #: (alpha, beta) as the compiled pass takes them.
-    params: tuple[float, float] = (0.0, 0.0)
+    #: The float attributes the compiled pass reads (operators without them keep these).
+    alpha: float = 0.0
+    beta: float = 0.0
 
     def f(self, x: Any) -> Any:
         """The activation of a float32/float64 array."""
@@ -117,7 +118,7 @@ class FloatUnary(FloatAttrs):
         if self.compiled is not None and type(x) is np.ndarray and x.dtype == np.float32:
             act = self.backend.extras.get("unary_activation")
             if act is not None:
-                y = act(x, self.compiled, *self.params)
+                y = act(x, self.compiled, self.alpha, self.beta)
                 if y is not None:
                     return (y,)
         return (self.narrow(self.f(_wide(self, x)), x),)
@@ -145,7 +146,6 @@ class LeakyRelu(FloatUnary):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.alpha = self.float_attr("alpha", 0.01)
-        self.params = (self.alpha, 0.0)
 
     def f(self, x):
         # max/min instead of where: exact, and faster on mixed signs.
@@ -233,7 +233,6 @@ class ThresholdedRelu(FloatUnary):
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
         self.alpha = self.float_attr("alpha", 1.0)
-        self.params = (self.alpha, 0.0)
 
     def f(self, x):
         return self.xp.where(x > self.alpha, x, 0.0)
@@ -311,7 +310,6 @@ class HardSigmoid(FloatUnary):
         super().__init__(info)
         self.alpha = self.float_attr("alpha", 0.2)
         self.beta = self.float_attr("beta", 0.5)
-        self.params = (self.alpha, self.beta)
 
     def f(self, x):
         return self.xp.clip(x * self.alpha + self.beta, 0.0, 1.0)

@@ -163,11 +163,13 @@ class Reduce(OpKernel):
                 return xp.astype(xp.full(shape, value, dtype=self.backend.dtype(np.float64)), dtype)
         return xp.full(shape, value, dtype=dtype)
 
-    def sum(self, w: Any, axes: tuple[int, ...]) -> Any:
-        """Sum in ``w``'s own dtype (the standard widens small integers to int64)."""
+    def sum(self, w: Any, axes: tuple[int, ...], keepdims: bool | None = None) -> Any:
+        """Sum in ``w``'s own dtype (the standard widens small integers to int64), keeping
+        the reduced axes as the attribute says unless ``keepdims`` is given."""
+        keep = bool(self.keepdims) if keepdims is None else keepdims
         if self._host:
-            return np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=bool(self.keepdims))
-        return self.xp.sum(w, axis=axes, dtype=w.dtype, keepdims=self.keepdims)
+            return np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)
+        return self.xp.sum(w, axis=axes, dtype=w.dtype, keepdims=keep)
 
     def wide(self, x: Any, name: str) -> Any:
         """``x`` (of dtype ``name``) with half precision widened to float32."""
@@ -309,12 +311,10 @@ class ReduceLogSumExp(ReduceLogSum):
     def reduce(self, x, axes, name):
         xp = self.xp
         w = self.as_float(x, name)
-        # (over host numpy, the ufuncs np.max/np.sum wrap: the same reductions)
+        # (over host numpy, the ufunc np.max wraps: the same reduction)
         m = np.maximum.reduce(w, axis=axes, keepdims=True) if self._host else xp.max(w, axis=axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0.0)  # all -inf (or inf, NaN): no shift
-        e = xp.exp(w - m)
-        total = np.add.reduce(e, axis=axes, keepdims=True) if self._host else xp.sum(e, axis=axes, keepdims=True)
-        y = xp.log(total) + m
+        y = xp.log(self.sum(xp.exp(w - m), axes, keepdims=True)) + m
         return y if self.keepdims else xp.squeeze(y, axis=axes)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import numpy_helper
 
 from onyxrt.errors import InvalidGraph
-from onyxrt.kernels import Kernel, KernelInfo
+from onyxrt.graph import tensor_array
+from onyxrt.kernels import Kernel, KernelInfo, parse_attribute
 from onyxrt.limits import check_bytes, check_terminated, current_limits, output_of
 
 from . import registry
@@ -67,6 +67,12 @@ class If(_ControlFlow):
         return tuple(branch.run((), outer))
 
 
+def _element_bytes(value: Any) -> int:
+    """What a collected scan element counts against the tensor limit (its data and
+    :data:`_ELEMENT_OVERHEAD`)."""
+    return (value.nbytes if isinstance(value, np.ndarray) else np.asarray(value).nbytes) + _ELEMENT_OVERHEAD
+
+
 def _stack(values: list[Any], axis: int = 0) -> np.ndarray:
     return np.stack([np.asarray(v) for v in values], axis=axis)
 
@@ -111,7 +117,7 @@ class Loop(_ControlFlow):
             carried = list(outs[1 : 1 + self.n_carried])
             for k, v in enumerate(outs[1 + self.n_carried :]):
                 scans[k].append(v)
-                scan_bytes[k] += np.asarray(v).nbytes + _ELEMENT_OVERHEAD
+                scan_bytes[k] += _element_bytes(v)
                 if scan_bytes[k] > limit:  # (the message only then: formatting it costs a microsecond)
                     check_bytes(scan_bytes[k], output_of(self.info, f"scan output {k} (after {i + 1} iterations)"))
             i += 1
@@ -186,8 +192,7 @@ class Scan(_ControlFlow):
             states = list(outs[:n_state])
             for k, v in enumerate(outs[n_state:]):
                 collected[k].append(v)
-                collected_bytes[k] += (v.nbytes if isinstance(v, np.ndarray) else np.asarray(v).nbytes) \
-                    + _ELEMENT_OVERHEAD
+                collected_bytes[k] += _element_bytes(v)
                 if collected_bytes[k] > limit:
                     check_bytes(collected_bytes[k], output_of(self.info, f"scan output {k} (after {t + 1} steps)"))
         results = []
@@ -202,7 +207,6 @@ class Scan(_ControlFlow):
                 results.append(np.zeros((0,), dtype=np.float32))
         return (*states, *results)
 
-
     def _distances(self, points: Any, rows: Any) -> tuple[Any, Any] | None:
         """The distance body's results for all rows at once: (points, D) with D[t] =
         sum((points - rows[t])^2, axis=1) or sum(|points - rows[t]|, axis=1) [square-rooted],
@@ -215,15 +219,13 @@ class Scan(_ControlFlow):
                 and points.shape[1] == rows.shape[1] and rows.shape[0]):
             return None  # (no rows: the loop's own empty result)
         absolute, sqrt = self.distance  # type: ignore[misc]
-        limits = current_limits()
         steps, n = rows.shape[0], points.shape[0]
         # What the row-by-row loop would have collected by its end (see compute).
         check_bytes(steps * (n * points.itemsize + _ELEMENT_OVERHEAD), output_of(self.info, "scan output 0"))
         out = np.empty((steps, n), points.dtype)
         block = max(1, (1 << 20) // max(1, n * points.shape[1]))
         for start in range(0, steps, block):
-            if limits.run_options is not None and limits.run_options.terminate:
-                check_terminated(self.info.node_name)
+            check_terminated(self.info.node_name)
             d = points[None, :, :] - rows[start:start + block, None, :]
             if absolute:
                 np.abs(d, out=d)
@@ -261,13 +263,13 @@ def _distance_body(body: Any) -> tuple[bool, bool] | None:
         return name, node
 
     def over_axis_1(node: Any) -> bool:
-        attrs = {a.name: a for a in node.attribute}
-        if set(attrs) - {"axes", "keepdims"} or "keepdims" not in attrs or attrs["keepdims"].i != 0:
+        attrs = {a.name: parse_attribute(a) for a in node.attribute}
+        if set(attrs) - {"axes", "keepdims"} or attrs.get("keepdims") != 0:
             return False
         if "axes" in attrs:
-            return len(node.input) == 1 and list(attrs["axes"].ints) == [1]
+            return len(node.input) == 1 and attrs["axes"] == [1]
         axes = constants.get(node.input[1]) if len(node.input) == 2 else None
-        return axes is not None and numpy_helper.to_array(axes).tolist() == [1]
+        return axes is not None and tensor_array(axes).tolist() == [1]
 
     if through_identities(body.output[0].name)[0] != s:
         return None
