@@ -422,6 +422,76 @@ def test_lossy_cast_round_trip_is_kept(tmp_path):
     _assert_equivalent(model, {"x": np.array([1.0001, 2.5, -3.3333, 1e-8], np.float32)})
 
 
+def test_repeated_computations_are_computed_once(tmp_path):
+    """What skl2onnx writes for an IsolationForest: the same Gather once per tree, each
+    tree's value cast twice; a repeated chain collapses in one pass."""
+    nodes = [
+        helper.make_node("Gather", ["x", "cols"], ["g1"], name="g1", axis=1),
+        helper.make_node("Gather", ["x", "cols"], ["g2"], name="g2", axis=1),
+        helper.make_node("Gather", ["x", "cols"], ["g3"], name="other_axis", axis=0),
+        helper.make_node("Cast", ["g1"], ["c1"], name="c1", to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["g2"], ["c2"], name="c2", to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["g2"], ["c3"], name="c3", to=TensorProto.FLOAT16),
+        helper.make_node("Add", ["c1", "c2"], ["s"], name="add"),
+        helper.make_node("Cast", ["c3"], ["h"], name="back", to=TensorProto.DOUBLE),
+        helper.make_node("Add", ["s", "h"], ["t"], name="add2"),
+        helper.make_node("Cast", ["g3"], ["y2"], name="y2", to=TensorProto.DOUBLE),
+    ]
+    model = make_model(nodes, [tensor("x", [3, 3])], [tensor("t", [3, 2], TensorProto.DOUBLE),
+                                                      tensor("y2", [2, 3], TensorProto.DOUBLE)],
+                       initializers={"cols": np.array([0, 2], np.int64)})
+    # One Gather on axis 1, one of its Casts to double (and the float16 one), the other axis's.
+    assert sorted(_optimized_ops(model, tmp_path)) == sorted(["Gather", "Gather", "Cast", "Cast", "Cast", "Cast",
+                                                               "Add", "Add"])
+    _assert_equivalent(model, {"x": _randn(3, 3)})
+
+
+def test_random_operators_and_named_outputs_are_not_merged(tmp_path):
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["r1"], name="r1", seed=1.0),
+        helper.make_node("RandomUniformLike", ["x"], ["r2"], name="r2", seed=1.0),
+        helper.make_node("Add", ["r1", "r2"], ["s"], name="add"),
+        helper.make_node("Neg", ["x"], ["n1"], name="n1"),
+        helper.make_node("Neg", ["x"], ["n2"], name="n2"),
+    ]
+    model = make_model(nodes, [tensor("x", [4])], [tensor("s", [4]), tensor("n1", [4]), tensor("n2", [4])])
+    assert sorted(_optimized_ops(model, tmp_path)) == ["Add", "Neg", "Neg", "RandomUniformLike", "RandomUniformLike"]
+    x = _randn(4)
+    s, n1, n2 = _session(model).run(None, {"x": x})
+    np.testing.assert_array_equal(n1, -x)
+    np.testing.assert_array_equal(n2, -x)
+
+
+def test_common_subexpressions_keep_a_value_a_subgraph_reads(tmp_path):
+    then_branch = helper.make_graph([helper.make_node("Identity", ["n2"], ["o"], name="inner")], "then", [],
+                                    [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["n1"], ["o2"], name="inner2")], "else", [],
+                                    [helper.make_tensor_value_info("o2", TensorProto.FLOAT, [4])])
+    nodes = [
+        helper.make_node("Neg", ["x"], ["n1"], name="n1"),
+        helper.make_node("Neg", ["x"], ["n2"], name="n2"),
+        helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch),
+    ]
+    model = make_model(nodes, [tensor("x", [4]), tensor("c", [], TensorProto.BOOL)], [tensor("y", [4])])
+    x = _randn(4)
+    for c in (True, False):
+        (y,) = _session(model).run(None, {"x": x, "c": np.array(c)})
+        np.testing.assert_array_equal(y, -x)
+
+
+def test_common_subexpression_elimination_is_disabled_by_onnxruntime_name(tmp_path):
+    nodes = [helper.make_node("Neg", ["x"], ["n1"], name="n1"), helper.make_node("Neg", ["x"], ["n2"], name="n2"),
+             helper.make_node("Add", ["n1", "n2"], ["y"], name="add")]
+    model = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])])
+    path = str(tmp_path / "kept.onnx")
+    so = onyxrt.SessionOptions()
+    so.optimized_model_filepath = path
+    onyxrt.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                            disabled_optimizers=["CommonSubexpressionElimination"])
+    assert [n.op_type for n in onnx.load(path).graph.node] == ["Neg", "Neg", "Add"]
+    assert _optimized_ops(model, tmp_path) == ["Neg", "Add"]
+
+
 def test_cyclic_graph_still_reports_the_cycle():
     nodes = [
         helper.make_node("Add", ["x", "b"], ["a"], name="ping"),

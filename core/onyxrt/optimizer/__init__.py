@@ -7,7 +7,8 @@ Levels follow onnxruntime's:
 ``ORT_ENABLE_BASIC``      Constant nodes → initializers, Identity/Dropout removal, constant
                           folding (incl. Shape of static shapes) alternating with shape
                           inference to a fixpoint, Cast folding, zero Pad → Conv/AveragePool
-                          pads, Conv + BatchNormalization folding, dead-node elimination —
+                          pads, Conv + BatchNormalization folding, common subexpression
+                          elimination (after the fusions), dead-node elimination —
                           standard ONNX in, standard ONNX out
 ``ORT_ENABLE_EXTENDED``   fusions: Conv [+ residual Add] + activation → FusedConv;
                           [Transpose →] MatMul [→ scale] [→ bias] → Gemm / FusedMatMul;
@@ -42,6 +43,7 @@ import onnx
 from ..records import record
 from ..session_options import GraphOptimizationLevel
 from .cleanup import eliminate_dead_nodes, eliminate_identities, fold_casts, fold_constant_nodes
+from .common_subexpressions import eliminate_common_subexpressions
 from .constant_folding import fold_constants
 from .conv_fusions import fold_batch_norm_into_conv, fuse_conv_activation, fuse_gemm_activation
 from .elementwise_fusion import fuse_elementwise
@@ -104,6 +106,9 @@ PASSES: tuple[Pass, ...] = (
     Pass("fuse_feature_products", EXTENDED, fuse_feature_products),
     Pass("fuse_elementwise", EXTENDED, fuse_elementwise, opt_in=True),
     Pass("convert_to_nchwc", LAYOUT, convert_to_nchwc),
+    # After the fusions: merging two readers' inputs into one value would stop the
+    # patterns that want a value read once.
+    Pass("eliminate_common_subexpressions", BASIC, _plain(eliminate_common_subexpressions)),
     Pass("eliminate_dead_nodes", BASIC, _plain(eliminate_dead_nodes)),
 )
 
@@ -119,6 +124,7 @@ ONNXRUNTIME_OPTIMIZER_NAMES: dict[str, tuple[str, ...]] = {
     "EliminateIdentity": ("eliminate_identities",),
     "EliminateDropout": ("eliminate_identities",),
     "CastElimination": ("fold_casts",),
+    "CommonSubexpressionElimination": ("eliminate_common_subexpressions",),
     "ConvBNFusion": ("fold_batch_norm_into_conv",),
     "PadFusion": ("fuse_pad",),
     "LayerNormFusion": ("fuse_layer_norm",),
