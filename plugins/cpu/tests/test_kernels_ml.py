@@ -272,6 +272,42 @@ def test_tree_ensemble_regressor_matches_onnxruntime(aggregate, post):
     assert_matches_onnxruntime(node, 3, [x], [TensorProto.FLOAT], rtol=1e-5)
 
 
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE"])
+def test_many_tree_regressor_sums_in_float32_as_onnxruntime(aggregate):
+    """Float attributes: onnxruntime adds the leaves in float32, tree by tree; one row at a
+    time (its order for a batch is its own) the bits are the same. 60 stumps with weights
+    of mixed magnitude, where a float64 sum rounds differently."""
+    rng = np.random.default_rng(3)
+    trees = 60
+    attrs = dict(
+        nodes_treeids=[t for t in range(trees) for _ in range(3)],
+        nodes_nodeids=[0, 1, 2] * trees,
+        nodes_featureids=[int(f) for t in range(trees) for f in (rng.integers(0, 4), 0, 0)],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"] * trees,
+        nodes_values=[float(v) for t in range(trees) for v in (rng.standard_normal(), 0, 0)],
+        nodes_truenodeids=[1, 0, 0] * trees,
+        nodes_falsenodeids=[2, 0, 0] * trees,
+        target_treeids=[t for t in range(trees) for _ in range(2)],
+        target_nodeids=[1, 2] * trees,
+        target_ids=[0, 0] * trees,
+        target_weights=[float(w) for w in rng.standard_normal(2 * trees) * 10.0 ** rng.integers(-3, 4, 2 * trees)],
+        n_targets=1,
+    )  # fmt: skip
+    node = ml_node("TreeEnsembleRegressor", aggregate_function=aggregate, base_values=[0.1], **attrs)
+    differs = 0
+    for row in randn((40, 4), seed=2):
+        x = row[None, :]
+        (got,) = ours(node, 3, x)
+        (want,) = onnxruntime(node, 3, [x], [TensorProto.FLOAT])
+        np.testing.assert_array_equal(got, want)
+        legs = np.array([attrs["target_weights"][2 * t + (0 if x[0, attrs["nodes_featureids"][3 * t]]
+                                                            <= attrs["nodes_values"][3 * t] else 1)]
+                         for t in range(trees)], np.float32)
+        total = legs.astype(np.float64).sum() / (trees if aggregate == "AVERAGE" else 1) + 0.1
+        differs += np.float32(total) != want[0, 0]
+    assert differs, "no row where the float64 sum rounds differently: the test shows nothing"
+
+
 def test_tree_ensemble_bad_attributes_are_invalid_graph():
     attrs = _tree_attrs()
     attrs["nodes_truenodeids"] = [1, 0, 2, 4, 40]

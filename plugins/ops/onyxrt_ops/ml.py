@@ -638,12 +638,27 @@ class TreeEnsembleRegressor(_MLKernel):
         v_target = np.asarray(info.attr("target_ids", []), dtype=np.int64)
         self.forest = _old_forest(self, "target", int(info.attr("n_targets", int(v_target.max(initial=-1)) + 1)))
         self.forest.walker = self.backend.extras.get("tree_leaves")
+        self.forest.scorer = self.backend.extras.get("tree_scores")
         if len(base) not in (0, self.forest.n_targets):
             raise InvalidGraph(f"{self.where()}: base_values must have n_targets entries")
         self.base = base if len(base) else None
+        #: onnxruntime adds the leaves' weights in the type of the thresholds: float32
+        #: unless the *_as_tensor (double) attributes are given. A float32 sum or average
+        #: of float32 rows is then computed as it does (tree order, float32 steps).
+        self.float_sums = self.aggregate in (0, 1) and all(
+            info.attr(f"{name}_as_tensor") is None for name in ("nodes_values", "target_weights", "base_values"))
+        self.base32 = None if self.base is None else self.base.astype(np.float32)
 
     def compute(self, x: Any) -> tuple[Any]:
-        scores = self.forest.scores(self.host(x), self.aggregate, self.base).astype(np.float32)
+        xh = self.host(x)
+        if self.float_sums and xh.dtype == np.float32 and xh.ndim == 2:
+            scores = self.forest.summed(xh, np.float32)
+            if self.aggregate == 0 and len(self.forest.roots):
+                scores /= np.float32(len(self.forest.roots))
+            if self.base32 is not None:
+                scores += self.base32
+        else:
+            scores = self.forest.scores(xh, self.aggregate, self.base).astype(np.float32)
         return (self.xp.asarray(_transform(np, scores, self.post, self.softmax)),)
 
 
