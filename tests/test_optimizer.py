@@ -237,6 +237,52 @@ def test_silu_fuses_into_one_node(tmp_path):
                                   _session(model, LEVEL.ORT_DISABLE_ALL).run(None, feeds)[0])
 
 
+def test_elementwise_groups_with_free_dimensions_fuse_and_still_broadcast(tmp_path):
+    """What skl2onnx writes per tree of an IsolationForest: values of a free batch size
+    that shape inference names differently (each Reshape gets a fresh symbol). The group
+    is fused; where the runtime shapes are not one shape, the kernel broadcasts as the
+    unfused operators would."""
+    nodes = [
+        helper.make_node("Reshape", ["a", "col"], ["ra"]),
+        helper.make_node("Reshape", ["b", "col"], ["rb"]),
+        helper.make_node("Mul", ["ra", "two"], ["m"]),
+        helper.make_node("Max", ["m", "one"], ["mx"]),
+        helper.make_node("Log", ["mx"], ["lg"]),
+        helper.make_node("Add", ["lg", "rb"], ["s"]),
+        helper.make_node("Sub", ["s", "one"], ["y"]),
+    ]
+    inits = {"col": np.array([-1, 1], np.int64), "two": np.array([2.0], np.float32),
+             "one": np.array(1.0, np.float32)}
+    model = make_model(nodes, [tensor("a", ["n"]), tensor("b", ["m"])], [tensor("y", None)], inits)
+    ops = _optimized_ops(model, tmp_path, extra="fuse_elementwise")
+    assert ops == ["Reshape", "Reshape", "FusedElementwise"], ops
+    fused = _session(model, extra="fuse_elementwise")
+    plain = _session(model, LEVEL.ORT_DISABLE_ALL)
+    for a, b in [(_randn(5), _randn(5)), (_randn(1), _randn(4)), (_randn(4), _randn(1))]:
+        feeds = {"a": a, "b": b}
+        (want,), (got,) = plain.run(None, feeds), fused.run(None, feeds)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(onyxrt.errors.OnyxError):  # (3, 1) + (4, 1) broadcast no more than unfused
+        fused.run(None, {"a": _randn(3), "b": _randn(4)})
+
+
+def test_a_group_of_scalars_keeps_its_shape(tmp_path):
+    """0-d values and constants (DynamicQuantizeLinear's scale, spelled out): the output
+    stays 0-d."""
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["hi"], keepdims=0),
+        helper.make_node("ReduceMin", ["x"], ["lo"], keepdims=0),
+        helper.make_node("Sub", ["hi", "lo"], ["d"]),
+        helper.make_node("Div", ["d", "q"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", [6])], [tensor("y", [])], {"q": np.array(255.0, np.float32)})
+    assert "FusedElementwise" in _optimized_ops(model, tmp_path, extra="fuse_elementwise")
+    x = _randn(6)
+    (got,) = _session(model, extra="fuse_elementwise").run(None, {"x": x})
+    assert got.shape == () and got == np.float32((x.max() - x.min()) / np.float32(255.0))
+
+
 def test_elementwise_groups_need_the_fused_kernel(tmp_path):
     # A provider without FusedElementwise in the session (the simulated NPU) keeps them.
     if "SimNPUExecutionProvider" not in onyxrt.get_available_providers():

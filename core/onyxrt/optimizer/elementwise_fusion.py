@@ -10,11 +10,13 @@ runs the whole group over each block of the tensor while it is in cache.
 A member is a unary operator (:data:`UNARY`) or a binary one (:data:`BINARY`) whose
 operands are values of the member's own shape, or float32 constants that do not change
 it: one value, or one per position of the last axis (shape ``(N,)`` or ``(1, ..., 1, N)``,
-no higher rank than the value's). Groups grow from their output backwards: a producer
-joins when every reader of its value is in the group already and the value is no graph
-output, so a group is convex and has one output. Groups of at least :data:`MIN_GROUP`
-members are fused, where every provider of the session runs ``FusedElementwise``
-(:class:`~.support.PassContext`).
+no higher rank than the value's). A dimension may be unknown (a free batch size): the
+kernel checks the shapes on every call and, where they are not what the group assumed,
+runs the steps one by one with numpy's broadcasting, as the unfused operators would.
+Groups grow from their output backwards: a producer joins when every reader of its value
+is in the group already and the value is no graph output, so a group is convex and has
+one output. Groups of at least :data:`MIN_GROUP` members are fused, where every provider
+of the session runs ``FusedElementwise`` (:class:`~.support.PassContext`).
 
 The node's inputs are the group's external values, dynamic and constant, in order of
 first use. Its attributes hold the program, one step per member in graph order: ``ops``
@@ -53,18 +55,27 @@ def _member_shape(rw: Rewrite, node: onnx.NodeProto) -> tuple[int | str | None, 
     if not ((node.op_type in UNARY and len(node.input) == 1) or (node.op_type in BINARY and len(node.input) == 2)):
         return None
     shape = rw.shape(node.output[0])
-    if shape is None or None in shape or str(rw.dtype(node.output[0])) != "float32":
+    if shape is None or str(rw.dtype(node.output[0])) != "float32":
         return None
     dynamic = 0
     for name in node.input:
         if rw.is_constant(name):
             if not _keeps_shape(rw, name, shape):
                 return None
-        elif rw.shape(name) == shape and str(rw.dtype(name)) == "float32":
+        elif _same_shape(rw.shape(name), shape) and str(rw.dtype(name)) == "float32":
             dynamic += 1
         else:
             return None
     return shape if dynamic else None
+
+
+def _same_shape(a: tuple[int | str | None, ...] | None, b: tuple[int | str | None, ...] | None) -> bool:
+    """Whether two values may have one shape: the same rank, and the same size wherever
+    both sizes are known. Symbols count as unknown (shape inference gives each Reshape of
+    a free dimension a fresh one); the kernel checks the actual shapes on every call."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x == y or not isinstance(x, int) or not isinstance(y, int) for x, y in zip(a, b))
 
 
 def _keeps_shape(rw: Rewrite, const: str, shape: tuple[int | str | None, ...]) -> bool:
@@ -122,7 +133,7 @@ def _grow(
         for name in node.input:
             producer = rw.producer.get(name)
             if (producer is None or id(producer) in members or id(producer) in assigned
-                    or shapes.get(id(producer)) != shapes[id(sink)] or name in rw.pinned):
+                    or not _same_shape(shapes.get(id(producer)), shapes[id(sink)]) or name in rw.pinned):
                 continue
             readers = rw.consumers.get(name, [])
             if all(id(r) in members for r in readers) and len(group) < MAX_GROUP:

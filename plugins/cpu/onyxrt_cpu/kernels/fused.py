@@ -18,8 +18,6 @@ See ``onyxrt.optimizer`` for the patterns that produce them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from onyxrt.errors import InvalidGraph
@@ -208,10 +206,20 @@ class FusedElementwise(Kernel):
             if not 0 <= a < limit or (b != -1 if op in _UNARY else not 0 <= b < limit):
                 raise InvalidGraph(f"{where}: step {i} ({op}) reads operands {a}, {b} of {limit}")
         self.program = np.array([[GROUP_OPS.index(op), a, b] for op, a, b in self.steps], np.int32)
-        self._kinds: tuple[tuple[Any, ...], tuple[int, ...], int] | None = None
+        # The group's constants (its scalars and rows), contiguous float32 once: a call
+        # then looks only at its dynamic inputs, usually one or two of a dozen.
+        constants = {i: info.constant(i) for i in range(n_in)}
+        # (a copy, not np.ascontiguousarray, which makes a 0-d value 1-d)
+        self._constants = {i: v if v.flags.c_contiguous else v.copy() for i, v in constants.items()
+                           if isinstance(v, np.ndarray) and v.dtype == np.float32}
+        self._dynamic = tuple(i for i in range(n_in) if i not in self._constants)
+        #: (the dynamic inputs' shapes, the operand kinds — None where the compiled pass
+        #: does not take them —, the row length, the output shape) of the last call
+        self._kinds: tuple[list[tuple[int, ...]], tuple[int, ...] | None, int, tuple[int, ...]] | None = None
+        self._native = native.ENABLED and hasattr(native, "elementwise_group")
 
     def compute(self, *inputs):
-        if native.ENABLED and hasattr(native, "elementwise_group"):
+        if self._native and native.ENABLED:
             y = self._compiled(inputs)
             if y is not None:
                 return (y,)
@@ -225,29 +233,52 @@ class FusedElementwise(Kernel):
         """The group by csrc/elementwise_group.c, or None where an input is not float32 or
         does not keep the output's shape (one tensor shape; constants of one value or one
         per position of the last axis)."""
-        if not inputs or len(inputs) > 64 or len(self.steps) > 256 or any(x.dtype != np.float32 for x in inputs):
+        if not inputs or len(inputs) > 64 or len(self.steps) > 256:
             return None  # csrc/elementwise_group.c's limits
-        shape = max(inputs, key=lambda x: (x.size, x.ndim)).shape  # the tensors' (the output's)
-        if not shape:
-            return None
-        key = tuple(x.shape for x in inputs)
+        key = []
+        for i in self._dynamic:
+            x = inputs[i]
+            if type(x) is not np.ndarray or x.dtype != np.float32:
+                return None
+            key.append(x.shape)
         if self._kinds is None or self._kinds[0] != key:
-            row = shape[-1]
-            kinds = []
-            for x in inputs:
-                if x.shape == shape:
-                    kinds.append(_TENSOR)
-                elif x.ndim > len(shape):
-                    return None
-                elif x.size == 1:
-                    kinds.append(_SCALAR)
-                elif x.size == row and x.shape[-1] == row:
-                    kinds.append(_ROW)
-                else:
-                    return None
-            self._kinds = (key, tuple(kinds), row)
-        _, kinds, row = self._kinds
+            self._classify(inputs, key)
+        assert self._kinds is not None
+        _, kinds, row, shape = self._kinds
+        if kinds is None:
+            return None  # (these shapes are not the group's: the numpy steps broadcast them)
+        operands = list(inputs)
+        for i in self._dynamic:
+            if not operands[i].flags.c_contiguous:
+                operands[i] = np.ascontiguousarray(operands[i])
+        for i, v in self._constants.items():
+            operands[i] = v
         y = np.empty(shape, np.float32)
         if y.size:
-            native.elementwise_group(tuple(np.ascontiguousarray(x) for x in inputs), kinds, y, self.program, row)
+            native.elementwise_group(tuple(operands), kinds, y, self.program, row)
         return y
+
+    def _classify(self, inputs: tuple[np.ndarray, ...], key: list[tuple[int, ...]]) -> None:
+        """Cache in ``_kinds`` each operand's kind for inputs of these shapes, or None for
+        the kinds where one does not keep the output's shape or is not float32."""
+        self._kinds = (key, None, 0, ())
+        operands = [self._constants.get(i, x) for i, x in enumerate(inputs)]
+        if any(not isinstance(x, np.ndarray) or x.dtype != np.float32 for x in operands):
+            return
+        shape = max(operands, key=lambda x: (x.size, x.ndim)).shape  # the tensors' (the output's)
+        if not shape:
+            return
+        row = shape[-1]
+        kinds = []
+        for x in operands:
+            if x.shape == shape:
+                kinds.append(_TENSOR)
+            elif x.ndim > len(shape):
+                return
+            elif x.size == 1:
+                kinds.append(_SCALAR)
+            elif x.size == row and x.shape[-1] == row:
+                kinds.append(_ROW)
+            else:
+                return
+        self._kinds = (key, tuple(kinds), row, shape)
