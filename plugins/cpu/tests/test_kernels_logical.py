@@ -196,3 +196,31 @@ def test_where_copy_path_is_numpys_where(cond, x, y, dtype):
     want = np.where(c, xv, yv)
     assert out.dtype == want.dtype and out.shape == want.shape
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("op", sorted(COMPARE))
+def test_comparisons_of_numbers_are_one_ufunc_inside_sessions(op):
+    """Operands of one number type known when built: the kernel's compute is the ufunc
+    alone (an instance attribute over the library's method), with a lower-rank constant
+    and 0-d operands giving what numpy and onnxruntime give."""
+    from onnx import helper
+
+    fn, opset = COMPARE[op]
+    row = np.array([0.5, np.nan, -1.0], np.float32)
+    cases = [([2, 3], [helper.make_node(op, ["a", "row"], ["y"])], {"row": row}, {"a": np.array(
+        [[0.5, 1.0, -2.0], [np.nan, 0.0, -1.0]], np.float32)}, lambda f: fn(f["a"], row)),
+        ([], [helper.make_node(op, ["a", "b"], ["y"])], {}, {"a": np.array(1.0, np.float32),
+                                                             "b": np.array(1.0, np.float32)},
+         lambda f: fn(f["a"], f["b"]))]
+    for shape, nodes, inits, feeds, want in cases:
+        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in feeds]
+        graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.BOOL, None)],
+                                  [helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.ravel()) for k, v in
+                                   inits.items()])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+        session = onyxrt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert "compute" in vars(session._plan.steps[-1].kernel)
+        for _ in range(2):  # the first run and the compiled run path
+            (y,) = session.run(None, feeds)
+            assert type(y) is np.ndarray and y.dtype == np.bool_
+            np.testing.assert_array_equal(y, want(feeds))
