@@ -448,7 +448,11 @@ class _Forest:
             s = self.scorer(x, self, weights)
             if s is not None:
                 return s
-        return np.add.reduce(weights[self.leaves(x.astype(np.float64))], axis=1)
+        picked = weights[self.leaves(x.astype(np.float64))]  # (N, trees, targets)
+        if picked.shape[1] == 0:
+            return np.zeros((picked.shape[0], picked.shape[2]), dtype)
+        # cumsum adds one tree after another; add.reduce may pair them up (another rounding)
+        return np.cumsum(picked, axis=1, dtype=dtype)[:, -1]
 
     def _weights(self, dtype: Any) -> np.ndarray:
         """The leaf x target weights as ``dtype``, converted once (the same values as
