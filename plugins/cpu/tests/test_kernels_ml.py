@@ -125,6 +125,32 @@ def test_label_encoder_tensor_keys_double_to_int32():
     assert y.tolist() == [8, 7, -1]
 
 
+@pytest.mark.parametrize("keys, values, x_dtype, extra", [
+    ({"keys_int64s": [3, -1, 10]}, {"values_floats": [0.5, 1.5, 2.5]}, np.int64, {"default_float": 9.0}),
+    ({"keys_floats": [1.5, -0.0, 2.0]}, {"values_int64s": [1, 2, 3]}, np.float32, {}),
+    ({"keys_floats": [1.5, float("nan")]}, {"values_int64s": [4, 5]}, np.float32, {"default_int64": 7}),
+])
+def test_label_encoder_one_value_as_many_and_as_onnxruntime(keys, values, x_dtype, extra):
+    """One element (the look-up an isolation forest's conversion makes per tree) gives what
+    the same element gives among others, and onnxruntime, 0-d and 2-D alike."""
+    node = ml_node("LabelEncoder", **keys, **values, **extra)
+    pool = np.array([3, -1, 10, 4, 1.5, 0.0, -0.0, 2.0, np.nan, 7], dtype=np.float64)
+    pool = pool[~np.isnan(pool)] if x_dtype == np.int64 else pool
+    xs = pool.astype(x_dtype)
+    (many,) = ours(node, 2, xs)
+    out_type = TensorProto.FLOAT if "values_floats" in values else TensorProto.INT64
+    for i, v in enumerate(xs):
+        for one in (np.array([[v]], x_dtype), np.array(v, x_dtype)):
+            (got,) = ours(node, 2, one)
+            assert got.shape == one.shape and got.dtype == many.dtype
+            np.testing.assert_array_equal(got.reshape(-1), many[i:i + 1])
+            # (a NaN key matches a NaN input here, bit-wise as ONNX's LabelEncoder-4 text
+            # says; onnxruntime 1.32 gives the default for it, so NaN is compared above only)
+            if one.ndim and not np.isnan(v):
+                (want,) = onnxruntime(node, 2, [one], [out_type])
+                np.testing.assert_array_equal(got, want)
+
+
 def test_label_encoder_v1_both_directions():
     node = ml_node("LabelEncoder", classes_strings=["x", "y", "z"], default_int64=-5)
     (y,) = ours(node, 1, np.array(["z", "q", "x"], dtype=object))
