@@ -52,6 +52,11 @@ def eliminate_common_subexpressions(model: onnx.ModelProto) -> onnx.ModelProto:
     Nodes are visited in graph order and readers are rewired as duplicates are found, so
     in a sorted graph a whole repeated chain collapses in one pass.
     """
+    # Without a first pair of equal nodes there is nothing to merge (later pairs only
+    # arise from merged readers): skip the producer and consumer maps of a Rewrite.
+    keys = [k for k in map(_key, model.graph.node) if k is not None]
+    if len(set(keys)) == len(keys):
+        return model
     rw = Rewrite(model)
     first: dict[_Key, onnx.NodeProto] = {}
     for node in model.graph.node:
