@@ -603,3 +603,58 @@ def test_attention_scores_take_the_batched_gemm_and_match_numpy(monkeypatch):
     calls.clear()
     linalg.matmul(y, v)  # probabilities @ V: B row-major, numpy's loop over OpenBLAS
     assert not calls
+
+
+@pytest.mark.parametrize("alpha, beta, trans_b, c_shape", [
+    (-2.0, 1.0, 1, (1, 1)),    # KMeans' conversion: -2 X Cᵀ + |X|² (C an input of one column)
+    (0.5, 2.0, 0, (1, 5)),
+    (1.0, 0.5, 1, (5,)),
+    (3.0, 0.0, 0, (1, 1)),     # beta 0: C ignored
+    (-1.5, 1.0, 1, None),
+])
+def test_batch_one_gemm_with_an_input_c_or_alpha_takes_the_one_row_product(alpha, beta, trans_b, c_shape):
+    """A float32 row times a constant B with alpha other than 1 or C an input: the product
+    by the compiled one-row call, alpha and beta C after it, as the general path (checked
+    on a 3-row batch, which takes it) and onnxruntime give; a C that does not broadcast is
+    refused as there."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((5, 8) if trans_b else (8, 5), dtype=np.float32)
+    inputs = ["a", "w"] + (["c"] if c_shape is not None else [])
+    node = helper.make_node("Gemm", inputs, ["y"], alpha=alpha, beta=beta, transB=trans_b)
+    kdef, reason = registry.lookup("", "Gemm", 13)
+    assert kdef is not None, reason
+    kernel = kdef.factory(KernelInfo.from_node(node, 13, since_version=kdef.since_version, constants={1: w}))
+    assert (kernel._gemv_plain is not None) == native.ENABLED
+    rows = rng.standard_normal((3, 8), dtype=np.float32)
+    # a one-column C is one value per row (|X|² in KMeans'); the others are shared by the rows
+    per_row = c_shape == (1, 1)
+    c3 = None if c_shape is None else rng.standard_normal((3, 1) if per_row else c_shape, dtype=np.float32)
+    batch = kernel.compute(rows, w, c3)[0]
+    for i in range(3):
+        c = c3[i:i + 1] if per_row else c3
+        (one,) = kernel.compute(rows[i:i + 1], w, c)
+        assert one.dtype == np.float32 and one.shape == (1, 5)
+        np.testing.assert_allclose(one[0], batch[i], rtol=1e-6, atol=1e-6)
+        (want,) = onnxruntime_gemm(rows[i:i + 1], w, c, alpha, beta, trans_b)
+        np.testing.assert_allclose(one, want, rtol=1e-6, atol=1e-6)
+    if c_shape is not None and beta != 0.0:
+        with pytest.raises(ValueError, match="does not broadcast"):
+            kernel.compute(rows[:1], w, np.ones((2, 5), np.float32))
+
+
+def onnxruntime_gemm(a, w, c, alpha, beta, trans_b):
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a.shape))]
+    feeds = {"a": a}
+    names = ["a", "w"]
+    if c is not None:
+        inputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, list(c.shape)))
+        feeds["c"] = c
+        names.append("c")
+    graph = helper.make_graph([helper.make_node("Gemm", names, ["y"], alpha=alpha, beta=beta, transB=trans_b)],
+                              "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=9)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)

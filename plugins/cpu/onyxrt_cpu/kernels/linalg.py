@@ -158,6 +158,13 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         #: the compiled one-row product (product, bias and activation in one call) for a
         #: batch-1 row through :meth:`_fast`
         self._gemv = native.one_row_product(self._b_packed) if self._fast_ok else None
+        #: the compiled one-row product for the other Gemms with a constant float32 B and
+        #: no transA — alpha other than 1, or a C that is an input (KMeans' conversion:
+        #: -2 X Cᵀ + |X|²) — the scaling and C applied after it (:meth:`_one_row`)
+        self._gemv_plain = None
+        if (self._gemv is None and self._b_packed is not None and self._b_packed.dtype == np.float32
+                and not self.trans_a):
+            self._gemv_plain = native.one_row_product(self._b_packed)
         self.single_output = self._one_row_output()
 
     def _one_row_output(self) -> Callable[..., np.ndarray] | None:
@@ -208,6 +215,9 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         if (self._fast_ok and b is self._b_src and c is self._c_src and a.dtype == np.float32
                 and a.ndim == 2 and a.shape[1] == self._b_packed.shape[0]):
             return self._fast(a)
+        if (self._gemv_plain is not None and b is self._b_src and a.dtype == np.float32
+                and a.shape == (1, self._gemv_plain.k) and a.flags.c_contiguous):
+            return self._one_row(a, c), False
         # The library's steps, written out: its per-call overhead (a few method calls) is
         # 9% of a small Gemm (see the module docstring).
         if a.ndim != 2 or b.ndim != 2:
@@ -261,6 +271,27 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         if self._c_row is not None:
             y += self._c_row
         return y, False
+
+    def _one_row(self, a: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+        """One float32 row times the constant B by the compiled one-row product, then the
+        general path's steps on it: alpha * product (float32), + beta * C broadcast."""
+        assert self._gemv_plain is not None
+        y = np.empty((1, self._gemv_plain.n), np.float32)
+        self._gemv_plain(a, y, None, native.ACT_NONE, 0.0, 0.0)
+        if self.alpha != 1.0:
+            y *= np.float32(self.alpha)
+        if c is not None and self.beta != 0.0:
+            cc = self.c_scaled if self.c_scaled is not None else self.scaled(c.astype(np.float32, copy=False),
+                                                                            self.beta)
+            if (cc.shape, y.shape) != self._checked:
+                if np.broadcast_shapes(cc.shape, y.shape) != y.shape:
+                    raise ValueError(f"C of shape {cc.shape} does not broadcast to Y {y.shape}")
+                self._checked = (cc.shape, y.shape)
+            if cc.dtype == np.float32:
+                y += cc
+            else:
+                y = (y + cc).astype(np.float32)
+        return y
 
     def _packed(self, a: np.ndarray, c: np.ndarray | None) -> np.ndarray | None:
         """A @ B (+ beta * C: a row of one value per column, added tile by tile; any other
