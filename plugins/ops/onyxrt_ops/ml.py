@@ -237,9 +237,11 @@ class _Table:
         #: conversion looks up one value per tree: ~1 us against ~5 for the search).
         #: Python's == is numpy's here: -0.0 finds 0.0, NaN (kept apart above) nothing.
         self.lookup = dict(zip(self.keys.tolist(), self.values.tolist()))
+        #: The input kinds :attr:`lookup` answers for (floats only without a NaN key).
+        self.lookup_kinds = "iufO" if self.nan_value is None else "iuO"
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        if x.size <= 16 and (self.nan_value is None or x.dtype.kind != "f") and x.dtype.kind in "iufO":
+        if x.size <= 16 and x.dtype.kind in self.lookup_kinds:
             get, default = self.lookup.get, self.default
             return np.array([get(v, default) for v in x.reshape(-1).tolist()],
                             dtype=self.values_dtype).reshape(x.shape)
@@ -309,10 +311,10 @@ class LabelEncoder(_MLKernel):
         #: per tree, 100 such nodes): the table's dict straight from compute, the same
         #: look-up as its few-element path without its list and wrappers (1.65 -> ~0.6 µs).
         self._one = self.xp is np and values.dtype.kind != "O"
-        self._one_kinds = "iu" if self.table.nan_value is not None else "iuf"
+        self._one_kinds = self.table.lookup_kinds.replace("O", "")  # (strings are normalized first)
 
     def compute(self, x: Any) -> tuple[Any]:
-        if self._one is True and type(x) is np.ndarray and x.size == 1 and x.dtype.kind in self._one_kinds:
+        if self._one and type(x) is np.ndarray and x.size == 1 and x.dtype.kind in self._one_kinds:
             table = self.table
             y = np.array(table.lookup.get(x.item(), table.default), dtype=table.values_dtype).reshape(x.shape)
             return (y if y.dtype == self.out_dtype else y.astype(self.out_dtype),)

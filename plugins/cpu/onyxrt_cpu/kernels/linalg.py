@@ -239,20 +239,24 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
             bm = (b.T if self.trans_b else b).astype(cdt, copy=False)
         if am.shape[1] != bm.shape[0]:
             raise ValueError(f"A' has shape {am.shape} and B' has shape {bm.shape}; inner dims differ")
-        y = self.scaled(np.matmul(am.astype(cdt, copy=False), bm), self.alpha)
-        if c is not None and self.beta != 0.0:
-            cc = self.c_scaled if self.c_scaled is not None else self.scaled(c.astype(cdt, copy=False), self.beta)
-            # The broadcast check is remembered for the last pair of shapes (np.broadcast_shapes
-            # costs as much as a small product), and C is added in place: y is this call's own.
-            if (cc.shape, y.shape) != self._checked:
-                if np.broadcast_shapes(cc.shape, y.shape) != y.shape:
-                    raise ValueError(f"C of shape {cc.shape} does not broadcast to Y {y.shape}")
-                self._checked = (cc.shape, y.shape)
-            if y.dtype == cc.dtype and y.flags.writeable:
-                y += cc
-            else:
-                y = y + cc
+        y = self._plus_c(self.scaled(np.matmul(am.astype(cdt, copy=False), bm), self.alpha), c, cdt)
         return y.astype(a.dtype, copy=False), False
+
+    def _plus_c(self, y: np.ndarray, c: np.ndarray | None, cdt: np.dtype[Any]) -> np.ndarray:
+        """``y + beta * C`` (C in ``cdt``, broadcast to Y), in place where ``y`` allows."""
+        if c is None or self.beta == 0.0:
+            return y
+        cc = self.c_scaled if self.c_scaled is not None else self.scaled(c.astype(cdt, copy=False), self.beta)
+        # The broadcast check is remembered for the last pair of shapes (np.broadcast_shapes
+        # costs as much as a small product), and C is added in place: y is this call's own.
+        if (cc.shape, y.shape) != self._checked:
+            if np.broadcast_shapes(cc.shape, y.shape) != y.shape:
+                raise ValueError(f"C of shape {cc.shape} does not broadcast to Y {y.shape}")
+            self._checked = (cc.shape, y.shape)
+        if y.dtype == cc.dtype and y.flags.writeable:
+            y += cc
+            return y
+        return y + cc
 
     def _fast(self, a: np.ndarray) -> tuple[np.ndarray, bool]:
         """float32 A @ constant B (+ a constant bias row), checked at creation: the MLP
@@ -280,18 +284,7 @@ class Gemm(library.kernel("Gemm", 13, BACKEND)):
         self._gemv_plain(a, y, None, native.ACT_NONE, 0.0, 0.0)
         if self.alpha != 1.0:
             y *= np.float32(self.alpha)
-        if c is not None and self.beta != 0.0:
-            cc = self.c_scaled if self.c_scaled is not None else self.scaled(c.astype(np.float32, copy=False),
-                                                                            self.beta)
-            if (cc.shape, y.shape) != self._checked:
-                if np.broadcast_shapes(cc.shape, y.shape) != y.shape:
-                    raise ValueError(f"C of shape {cc.shape} does not broadcast to Y {y.shape}")
-                self._checked = (cc.shape, y.shape)
-            if cc.dtype == np.float32:
-                y += cc
-            else:
-                y = (y + cc).astype(np.float32)
-        return y
+        return self._plus_c(y, c, np.dtype(np.float32)).astype(np.float32, copy=False)
 
     def _packed(self, a: np.ndarray, c: np.ndarray | None) -> np.ndarray | None:
         """A @ B (+ beta * C: a row of one value per column, added tile by tile; any other
