@@ -118,7 +118,7 @@ cpu_has_avx512(void)
 /* gemm.c: C = A @ B with either operand packed ahead (see there for the layout). */
 #define GEMM_MR 8
 #define GEMM_NR 32
-#define GEMM_KC 256
+#define GEMM_KC 512
 
 /* epilogue.c */
 void onyxrt_epilogue(float *y, idx r_begin, idx r_end, idx channels, idx length,
@@ -206,6 +206,7 @@ PyObject *elementwise_f32(PyObject *xo, PyObject *yo, void (*range)(void *, idx,
 PyObject *py_epilogue(PyObject *self, PyObject *args);
 PyObject *py_depthwise(PyObject *self, PyObject *args);
 PyObject *py_maxpool(PyObject *self, PyObject *args);
+PyObject *py_global_average(PyObject *self, PyObject *args);
 PyObject *py_im2col(PyObject *self, PyObject *args);
 PyObject *py_winograd_input(PyObject *self, PyObject *args);
 PyObject *py_winograd_output(PyObject *self, PyObject *args);

@@ -2,8 +2,8 @@
 
 Every product is checked against a float64 product with the worst-case float32 bound
 (|error| <= k * eps * (|A| @ |B|), which no correct summation order can exceed), over
-shapes on both sides of every tile and block edge (MR = 8 rows, NR = 32 columns, KC = 256
-along k), each operand packed or not, strided, transposed. The kernels that use it
+shapes on both sides of every tile and block edge (MR = 8 rows, NR = 32 columns, KC = 512
+along k), each operand packed or not (a row-major A is read in place), strided, transposed. The kernels that use it
 (FusedMatMul with a constant B, Conv's GEMMs) are run with the route forced on and off:
 CI machines without AVX-512 would otherwise never take it.
 """
@@ -49,7 +49,7 @@ def _operands(rng, m, k, n):
 
 # rows: 1 and 2 (k split over several accumulators), 3-7 (partial row tiles), 8, 9, 33
 EDGES = [1, 2, 3, 5, 7, 8, 9, 33]
-K_EDGES = [1, 31, 255, 256, 257, 600]
+K_EDGES = [1, 31, 255, 511, 512, 513, 1100]
 
 
 @pytest.mark.parametrize("m", EDGES)
@@ -68,7 +68,7 @@ def test_gemm_edges_all_operand_forms(m, n, k):
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 6, 7, 12])
-@pytest.mark.parametrize("k", [5, 300])
+@pytest.mark.parametrize("k", [5, 300, 700])
 def test_gemm_finish_on_partial_row_tiles(m, k):
     """Column bias, residual and activation applied in registers by the partial-row
     kernel too (both column tiles full, and an edge one), across k blocks."""
@@ -101,6 +101,14 @@ def test_gemm_strided_operands_and_output():
     sliced = rng.standard_normal((300, 90), dtype=np.float32)[:, 5:75]
     assert native.gemm(at.T, sliced, out2)
     _check(out2, at.T, sliced)
+    # A read in place with rows further apart than K (a column slice), across k blocks
+    wide_a = rng.standard_normal((45, 1200), dtype=np.float32)
+    a_rows = wide_a[:, 3:1103]
+    b_long = rng.standard_normal((1100, 70), dtype=np.float32)
+    for right in (b_long, native.pack_gemm_b(b_long)):
+        out3 = np.empty((45, 70), np.float32)
+        assert native.gemm(a_rows, right, out3)
+        _check(out3, a_rows, b_long)
 
 
 def test_gemm_empty_dimensions():
@@ -552,7 +560,7 @@ def test_gemm_batched_attention_views(tokens, heads, dim):
 
 
 @pytest.mark.parametrize("batch", [(2, 3), (5,), (1, 1, 4)])
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (9, 257, 17), (8, 31, 48), (3, 600, 49)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (9, 257, 17), (8, 31, 48), (3, 600, 49), (9, 1100, 17)])
 def test_gemm_batched_shapes_and_layouts(batch, m, k, n):
     rng = np.random.default_rng(m * k + n)
     a = rng.standard_normal((*batch, m, k), dtype=np.float32)
