@@ -72,6 +72,8 @@ static PyMethodDef methods[] = {
      "layernorm(x, out, n, scale, bias, epsilon, mean, inv_std_dev): per row of n floats."},
     {"maxpool", py_maxpool, METH_VARARGS,
      "maxpool(x, y, geometry): 2-D max pooling of x (N, C, H, W) into y, -inf padding."},
+    {"global_average", py_global_average, METH_VARARGS,
+     "global_average(x, y, rows, plane): y[r] = the mean of x's r-th run of plane floats."},
     {"im2col", py_im2col, METH_VARARGS,
      "im2col(x, cols, geometry, r0, rows): 2-D column matrix of output rows [r0, r0+rows)."},
     {"gemm_pack", py_gemm_pack, METH_VARARGS,

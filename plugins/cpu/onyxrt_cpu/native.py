@@ -737,6 +737,18 @@ def maxpool2d(
     return True
 
 
+def global_average(x: np.ndarray) -> np.ndarray | None:
+    """The mean of each (image, channel) plane of C-contiguous float32 ``x`` (N, C, ...),
+    kept as size-1 spatial dims (GlobalAveragePool), summed in double (csrc/pool.c);
+    ``None`` when ``x`` does not qualify."""
+    if x.ndim < 3 or not _ready(x) or x.size == 0:
+        return None
+    rows = x.shape[0] * x.shape[1]
+    y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), _F32)
+    _native.global_average(x, y, rows, x.size // rows)
+    return y
+
+
 def im2col2d(
     x: np.ndarray,
     cols: np.ndarray,

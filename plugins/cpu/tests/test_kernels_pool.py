@@ -220,3 +220,32 @@ def test_global_average_float16_accumulates_in_float32():
     (got,) = ours("GlobalAveragePool", x, 1)
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, np.full((1, 2, 1, 1), 1000.0, np.float16))
+
+
+@pytest.mark.parametrize("shape", [(1, 1280, 7, 7), (2, 3, 5), (1, 1, 1, 1), (2, 17, 224, 224), (1, 2, 3, 4, 5)])
+@pytest.mark.parametrize("opset", [1, 22])
+def test_global_average_float32_compiled_path(shape, opset):
+    """float32 planes averaged by the compiled kernel where it is built (a double sum, one
+    rounding: within an ulp of the float64 mean), as onnxruntime within float tolerance;
+    a non-contiguous view and NaN/inf take the same values as numpy's mean."""
+    from onyxrt_cpu import native
+
+    x = randn(shape, 11)
+    (got,) = ours("GlobalAveragePool", x, opset)
+    want = x.astype(np.float64).mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    if native.ENABLED:  # the compiled path ran: one rounding of a double sum
+        assert native.global_average(x) is not None
+        np.testing.assert_allclose(got, want, rtol=2 * np.finfo(np.float32).eps, atol=1e-30)
+    (ref,) = onnxrt("GlobalAveragePool", x, 22)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    view = np.asfortranarray(x)  # not C-contiguous (but for one value): the library's mean
+    (got_view,) = ours("GlobalAveragePool", view, opset)
+    np.testing.assert_allclose(got_view, want, rtol=1e-5, atol=1e-6)
+    special = x.copy()
+    rows = special.reshape(shape[0] * shape[1], -1)
+    rows[0, 0] = np.nan
+    rows[-1, -1] = np.inf if len(rows) > 1 else np.nan
+    (got_special,) = ours("GlobalAveragePool", special, opset)
+    flat = got_special.reshape(-1)
+    assert np.isnan(flat[0]) and (flat.size == 1 or flat[-1] == np.inf)
