@@ -62,9 +62,11 @@ def _run_conv(x, w, b, z, strides, pads_begin, dilations, out_hw, act, blocked):
     return y
 
 
-def _check(y, expected, m, tol=2e-5):
+def _check(y, expected, m, tol=2e-5, sums=None):
+    """``sums``: the values before the activation, where their magnitude (not the
+    activated output's) bounds the rounding (a clip maps sums of ~50 to 0.75)."""
     got = native.from_nchwc(y, m)
-    scale = max(1.0, float(np.abs(expected).max()))
+    scale = max(1.0, float(np.abs(expected if sums is None else sums).max()))
     np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * scale)
     if m % 16:  # lanes past the channels stay zero
         assert not np.any(y[:, -1, :, :, m % 16:])
@@ -87,6 +89,9 @@ CONV_CASES = [
     (1, 5, 10, 13, 20, 5, 3, (2, 2, 2, 2), 1, False),
     (1, 33, 1, 1, 70, 1, 1, (0, 0, 0, 0), 1, True),     # one pixel
     (1, 8, 200, 3, 24, 3, 1, (1, 1, 1, 1), 1, True),    # many work rows, narrow planes
+    # panels over 640 KB (wide tiles): channels in chunks of 4 groups (4, 4, 4, 4, 3)
+    (1, 300, 5, 7, 70, 3, 1, (1, 1, 1, 1), 1, True),
+    (2, 290, 9, 9, 40, 3, 2, (1, 1, 1, 1), 1, True),    # 3 blocks, strided, batch
 ]
 
 
@@ -108,7 +113,23 @@ def test_conv_matches_the_reference(case, act, tiles):
     ref = reference_conv(x, w, b, (s, s), pads, (d, d))
     z = rng.standard_normal(ref.shape).astype(np.float32)
     y = _run_conv(x, w, b, z, (s, s), pads[:2], (d, d), ref.shape[2:], act, blocked)
-    _check(y, ACTIVATIONS[act][3](ref + z), m)
+    # the chunked cases sum 2600-2700 products: their error scales with the sums
+    _check(y, ACTIVATIONS[act][3](ref + z), m, sums=ref + z if c * k * k > 2000 else None)
+
+
+def test_chunked_channels_with_a_residual_in_the_output():
+    """A residual z that is y itself (the partial sums of chunked channels would overwrite
+    it): the call takes the whole panel at once, and the result is still conv + z."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 300, 5, 7)).astype(np.float32)
+    w = rng.standard_normal((70, 300, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(70).astype(np.float32)
+    ref = reference_conv(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1))
+    z = rng.standard_normal(ref.shape).astype(np.float32)
+    y = native.to_nchwc(z)
+    native.nchwc_conv(native.to_nchwc(x), native.pack_nchwc_filters(w, True), y, (3, 3), (1, 1), (1, 1),
+                      (1, 1), native.pad_channels(b), y, native.ACT_RELU)
+    _check(y, np.maximum(ref + z, 0), 70, sums=ref + z)
 
 
 def test_conv_without_bias_or_residual(tiles):
