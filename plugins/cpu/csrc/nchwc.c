@@ -700,20 +700,29 @@ to_blocked(void *ctx, idx begin, idx end)
     }
 }
 
-/* NCHWc -> NCHW, one item per (image, block): lanes past C dropped. */
+/* NCHWc -> NCHW, one item per (image, block): lanes past C dropped. Sixteen pixels at a
+ * time: their 16 x 16 floats read once, contiguously, then written as 16 runs of 16, one
+ * per channel (reading each channel's lane across the whole plane, 64 bytes apart, took
+ * every cache line of the block once per channel: 95 us for [1, 32, 112, 112],
+ * onnxruntime 23). */
 static void
 from_blocked(void *ctx, idx begin, idx end)
 {
     const ReorderCall *r = (const ReorderCall *)ctx;
+    float tile[BLOCK * BLOCK];
     for (idx i = begin; i < end; i++) {
         const idx n = i / r->blocks, b = i % r->blocks;
         const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
         const float *s = r->src + i * r->plane * BLOCK;
         float *d = r->dst + (n * r->c + b * BLOCK) * r->plane;
-        for (idx l = 0; l < lanes; l++) {
-            float *dl = d + l * r->plane;
-            for (idx p = 0; p < r->plane; p++) {
-                dl[p] = s[p * BLOCK + l];
+        for (idx p0 = 0; p0 < r->plane; p0 += BLOCK) {
+            const idx pe = r->plane - p0 < BLOCK ? r->plane - p0 : BLOCK;
+            memcpy(tile, s + p0 * BLOCK, sizeof(float) * (size_t)(pe * BLOCK));
+            for (idx l = 0; l < lanes; l++) {
+                float *dl = d + l * r->plane + p0;
+                for (idx p = 0; p < pe; p++) {
+                    dl[p] = tile[p * BLOCK + l];
+                }
             }
         }
     }
