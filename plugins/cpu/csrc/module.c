@@ -25,11 +25,11 @@ static PyMethodDef methods[] = {
      "shape in one pass."},
     {"qconv", py_qconv, METH_VARARGS,
      "qconv(x, a, rowsum_a, zp_a, bias, scale, y, geometry, flip, zp_b, y_scale, y_zero_point, "
-     "lo, hi): QLinearConv of 8-bit NCHW x by the weights a (uint8, M x K per group) through "
-     "the int8 GEMM, requantized into y."},
+     "lo, hi[, int32_out]): QLinearConv of 8-bit NCHW x by the weights a (uint8, M x K per group) "
+     "through the int8 GEMM, requantized into y (int32_out: the exact int32 sums, ConvInteger)."},
     {"qconv_depthwise", py_qconv_depthwise, METH_VARARGS,
      "qconv_depthwise(x, w, bias, scale, y, geometry, flip, zp_x, y_scale, y_zero_point, lo, "
-     "hi): QLinearConv with one input channel per group, w (int16, centered)."},
+     "hi[, int32_out]): QLinearConv with one input channel per group, w (int16, centered)."},
     {"qgemm_supported", py_qgemm_supported, METH_NOARGS,
      "qgemm_supported() -> whether this CPU has AVX-512 VNNI for qgemm_u8s8."},
     {"logistic_tanh", py_logistic_tanh, METH_VARARGS,

@@ -21,6 +21,9 @@
  * every tap is a contiguous multiply-add over all outputs (exact: the sums stay below
  * 2**24), requantized from the registers (qconv_depthwise).
  *
+ * With `int32_out` both write the exact sums as int32 instead (ConvInteger: no bias, no
+ * requantization).
+ *
  * Only built for x86-64 with GCC or clang; the Python side calls these only where
  * qgemm_supported() (AVX-512 VNNI). */
 
@@ -239,10 +242,10 @@ py_qconv(PyObject *self, PyObject *args)
     (void)self;
     PyObject *xo, *ao, *rso, *zao, *bo, *sco, *yo, *geo;
     Py_ssize_t m, group;
-    int flip, zb, zy, lo, hi;
+    int flip, zb, zy, lo, hi, int32_out = 0;
     double ys;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOnniidiii", &xo, &ao, &rso, &zao, &bo, &sco, &yo, &geo, &m,
-                          &group, &flip, &zb, &ys, &zy, &lo, &hi)) {
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnniidiii|p", &xo, &ao, &rso, &zao, &bo, &sco, &yo, &geo, &m,
+                          &group, &flip, &zb, &ys, &zy, &lo, &hi, &int32_out)) {
         return NULL;
     }
     Geometry g;
@@ -274,7 +277,7 @@ py_qconv(PyObject *self, PyObject *args)
         get_bytes(ao, &v[A], 0, m * k, 1, "a") < 0 || get_bytes(rso, &v[RS], 0, m, 4, "rowsum_a") < 0 ||
         get_bytes(zao, &v[ZA], 0, m, 4, "zp_a") < 0 || get_bytes(bo, &v[B], 0, m, 4, "bias") < 0 ||
         get_bytes(sco, &v[SC], 0, m, 8, "scale") < 0 ||
-        get_bytes(yo, &v[Y], 1, g.n * m * pixels, 1, "y") < 0) {
+        get_bytes(yo, &v[Y], 1, g.n * m * pixels, int32_out ? 4 : 1, "y") < 0) {
         release_all(v, VIEWS);
         return NULL;
     }
@@ -324,9 +327,11 @@ py_qconv(PyObject *self, PyObject *args)
                 pc.flip = 0;
             }
             parallel_for(pack_range, &pc, blocks / 4, 1 + (1 << 16) / (k4 * 256));
+            const idx y0 = (n * m + gi * mg) * pixels;
             const QgemmRequant rq = {row_add + gi * mg, za + gi * mg, colsum, (const double *)v[SC].buf + gi * mg,
                                      rqp.ys, rqp.zy, rqp.lo, rqp.hi,
-                                     (uint8_t *)v[Y].buf + (n * m + gi * mg) * pixels, pixels};
+                                     int32_out ? NULL : (uint8_t *)v[Y].buf + y0, pixels,
+                                     int32_out ? (int32_t *)v[Y].buf + y0 : NULL};
             qgemm_run((const uint8_t *)v[A].buf + gi * mg * k, k, packed, mg, pixels, k, NULL, &rq);
         }
     }
@@ -353,6 +358,7 @@ typedef struct {
     int32_t zx;       /* x's zero point as stored after the flip */
     Requant r;
     uint8_t *y;
+    int32_t *y32;     /* instead of y: the exact sums (+ bias) as int32 (ConvInteger) */
     volatile int failed; /* a worker could not get its scratch */
 } DepthwiseCall;
 
@@ -442,7 +448,7 @@ depthwise_range(void *ctx, idx begin, idx end)
     const int unit = g->sh == 1 && g->sw == 1;
     const int two = g->sh == 2 && g->sw == 2 && g->dh == 1 && g->dw == 1;
     float *plane = unit || two ? NULL : (float *)malloc((size_t)(hw + 16) * sizeof(float));
-    uint8_t *wide = (uint8_t *)malloc((size_t)(p->span + 64));
+    uint8_t *wide = (uint8_t *)malloc((size_t)(p->span + 64) * (c->y32 ? sizeof(int32_t) : 1));
     if ((!unit && !two && plane == NULL) || wide == NULL) {
         free(plane), free(wide);
         phase_work_close(&work);
@@ -494,15 +500,21 @@ depthwise_range(void *ctx, idx begin, idx end)
             const __m512 sums[4] = {s0, s1, s2, s3};
             for (int q = 0; q < 4 && m[q]; q++) {
                 const __m512i t = _mm512_add_epi32(_mm512_cvtps_epi32(sums[q]), bias);
-                _mm512_mask_cvtepi32_storeu_epi8(wide + e + 16 * q, m[q], requant16(t, &r));
+                if (c->y32) {
+                    _mm512_mask_storeu_epi32((int32_t *)wide + e + 16 * q, m[q], t);
+                } else {
+                    _mm512_mask_cvtepi32_storeu_epi8(wide + e + 16 * q, m[q], requant16(t, &r));
+                }
             }
         }
-        uint8_t *out = c->y + item * g->oh * g->ow;
+        /* the phase-width rows' first ow values, bytes or int32 */
+        const size_t size = c->y32 ? sizeof(int32_t) : 1;
+        uint8_t *out = c->y32 ? (uint8_t *)(c->y32 + item * g->oh * g->ow) : c->y + item * g->oh * g->ow;
         if (p->wq == g->ow) {
-            memcpy(out, wide, (size_t)(g->oh * g->ow));
+            memcpy(out, wide, (size_t)(g->oh * g->ow) * size);
         } else {
             for (idx row = 0; row < g->oh; row++) {
-                memcpy(out + row * g->ow, wide + row * p->wq, (size_t)g->ow);
+                memcpy(out + row * g->ow * size, wide + row * p->wq * size, (size_t)g->ow * size);
             }
         }
     }
@@ -516,10 +528,10 @@ py_qconv_depthwise(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *xo, *wo, *bo, *sco, *yo, *geo;
-    int flip, zx, zy, lo, hi;
+    int flip, zx, zy, lo, hi, int32_out = 0;
     double ys;
-    if (!PyArg_ParseTuple(args, "OOOOOOiidiii", &xo, &wo, &bo, &sco, &yo, &geo, &flip, &zx, &ys, &zy,
-                          &lo, &hi)) {
+    if (!PyArg_ParseTuple(args, "OOOOOOiidiii|p", &xo, &wo, &bo, &sco, &yo, &geo, &flip, &zx, &ys, &zy,
+                          &lo, &hi, &int32_out)) {
         return NULL;
     }
     Geometry g;
@@ -541,7 +553,7 @@ py_qconv_depthwise(PyObject *self, PyObject *args)
     if (get_bytes(xo, &v[X], 0, g.n * g.c * g.h * g.w, 1, "x") < 0 ||
         get_bytes(wo, &v[W], 0, g.c * g.kh * g.kw, 2, "w") < 0 || get_bytes(bo, &v[B], 0, g.c, 4, "bias") < 0 ||
         get_bytes(sco, &v[SC], 0, g.c, 8, "scale") < 0 ||
-        get_bytes(yo, &v[Y], 1, g.n * g.c * g.oh * g.ow, 1, "y") < 0) {
+        get_bytes(yo, &v[Y], 1, g.n * g.c * g.oh * g.ow, int32_out ? 4 : 1, "y") < 0) {
         release_all(v, VIEWS);
         return NULL;
     }
@@ -549,7 +561,7 @@ py_qconv_depthwise(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     DepthwiseCall dc = {(const uint8_t *)v[X].buf, (const int16_t *)v[W].buf, (const int32_t *)v[B].buf,
                         (const double *)v[SC].buf, g, (uint8_t)(flip ? 0x80 : 0), zx, rq,
-                        (uint8_t *)v[Y].buf, 0};
+                        int32_out ? NULL : (uint8_t *)v[Y].buf, int32_out ? (int32_t *)v[Y].buf : NULL, 0};
     parallel_for(depthwise_range, &dc, g.n * g.c, 1 + MIN_PARALLEL_FLOATS / (g.oh * g.ow * g.kh * g.kw + 1));
     failed = dc.failed;
     Py_END_ALLOW_THREADS

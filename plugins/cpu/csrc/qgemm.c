@@ -172,6 +172,10 @@ qgemm_tile(const QgemmCall *c, idx m0, idx tile)
             /* the epilogue, while the sums are in registers (no int32 round trip) */
             __m512i t = _mm512_add_epi32(acc[r][j], add);
             t = _mm512_sub_epi32(t, _mm512_mullo_epi32(za, _mm512_maskz_loadu_epi32(mask, rq->colsum + col)));
+            if (rq->y32 != NULL) {
+                _mm512_mask_storeu_epi32(rq->y32 + row * rq->ldy + col, mask, t);
+                continue;
+            }
             _mm512_mask_cvtepi32_storeu_epi8(rq->y + row * rq->ldy + col, mask, requant16(t, &requant));
         }
     }

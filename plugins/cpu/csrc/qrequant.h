@@ -53,7 +53,8 @@ requant16(__m512i t, const Requant *r)
 
 /* The int8 GEMM's requantizing epilogue (qgemm_run with one): row i of the product,
  * t = raw + row_add[i] - row_za[i] * colsum[column], is requantized with row_scale[i] and
- * stored as bytes at y + i * ldy, instead of the int32 sums. */
+ * stored as bytes at y + i * ldy, instead of the int32 sums — or, with y32 set (ConvInteger),
+ * t itself, the exact sum of centered products, stored as int32 at y32 + i * ldy. */
 typedef struct QgemmRequant {
     const int32_t *row_add, *row_za, *colsum;
     const double *row_scale;
@@ -61,6 +62,7 @@ typedef struct QgemmRequant {
     int32_t zy, lo, hi;
     uint8_t *y;
     idx ldy;
+    int32_t *y32;
 } QgemmRequant;
 
 /* The int8 GEMM's float epilogue (MatMulIntegerToFloat, DynamicQuantizeMatMul): column j

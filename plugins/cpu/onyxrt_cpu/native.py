@@ -593,23 +593,24 @@ def qlinear_add(a: np.ndarray, b: np.ndarray, za: int, zb: int, ra: np.float32, 
 
 def qconv(x: np.ndarray, a: np.ndarray, rowsum_a: np.ndarray, zp_a: np.ndarray, bias: np.ndarray,
           scale: np.ndarray, y: np.ndarray, geometry: tuple[int, ...], m: int, group: int, flip: bool,
-          zp_b: int, y_scale: float, y_zero_point: int, lo: int, hi: int) -> None:
+          zp_b: int, y_scale: float, y_zero_point: int, lo: int, hi: int, int32_out: bool = False) -> None:
     """QLinearConv of 8-bit NCHW ``x`` (``geometry``: N, C, H, W, kh, kw, OH, OW, strides,
     leading pads, dilations) by the prepared weights ``a`` (uint8 [M, K]: see
     :class:`~onyxrt_cpu.kernels.quantization.IntegerFilter`) into ``y`` (csrc/qconv.c).
     ``flip``: x is uint8, read as int8 x - 128 (``zp_b`` is x's zero point moved alike);
-    ``scale``: float64 [M], float32(x_scale * w_scale); int32 ``bias`` [M]."""
+    ``scale``: float64 [M], float32(x_scale * w_scale); int32 ``bias`` [M]. ``int32_out``:
+    ``y`` (int32) takes the exact sums plus the bias, not requantized (ConvInteger)."""
     _native.qconv(x, a, rowsum_a, zp_a, bias, scale, y, geometry, m, group, int(flip), zp_b, y_scale,
-                  y_zero_point, lo, hi)
+                  y_zero_point, lo, hi, int32_out)
 
 
 def qconv_depthwise(x: np.ndarray, centered: np.ndarray, bias: np.ndarray, scale: np.ndarray,
                     y: np.ndarray, geometry: tuple[int, ...], flip: bool, zp_x: int, y_scale: float,
-                    y_zero_point: int, lo: int, hi: int) -> None:
+                    y_zero_point: int, lo: int, hi: int, int32_out: bool = False) -> None:
     """:func:`qconv` for one input channel per group: ``centered`` (int16 [C, kh * kw]) the
     weights minus their zero points."""
     _native.qconv_depthwise(x, centered, bias, scale, y, geometry, int(flip), zp_x, y_scale,
-                            y_zero_point, lo, hi)
+                            y_zero_point, lo, hi, int32_out)
 
 
 def where_scalar(condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:

@@ -90,9 +90,9 @@ def integer_calls(monkeypatch):
     calls = {"gemm": 0, "depthwise": 0}
 
     def counted(name, fn):
-        def wrapper(*args):
+        def wrapper(*args, **kwargs):
             calls[name] += 1
-            return fn(*args)
+            return fn(*args, **kwargs)
         return wrapper
 
     monkeypatch.setattr(native, "qconv", counted("gemm", native.qconv))
@@ -212,3 +212,90 @@ def test_a_depthwise_filter_too_wide_for_exact_float_sums_takes_the_gemm(integer
     fast = _run(_model(*args, True, group=2, pads=[8, 8, 8, 8]), feeds)
     assert integer_calls == {"gemm": 1, "depthwise": 0}
     np.testing.assert_array_equal(fast, _run(_model(*args, False, group=2, pads=[8, 8, 8, 8]), {**feeds, "w": w}))
+
+
+# ------------------------------------------------------------------ ConvInteger
+
+
+def _conv_integer_model(x_dtype, w, w_zero, constant_w, with_x_zero, **attrs):
+    """ConvInteger(x, w[, x_zero_point][, w_zero_point]) -> int32; x and its zero point fed
+    (as DynamicQuantizeLinear feeds them), w an initializer when ``constant_w``."""
+    inits, graph_inputs = [], [helper.make_tensor_value_info("x", _TYPES[np.dtype(x_dtype)], None)]
+    inputs = ["x", "w", "xz" if with_x_zero else "", "wz" if w_zero is not None else ""]
+    while inputs[-1] == "":
+        inputs.pop()
+    if with_x_zero:
+        graph_inputs.append(helper.make_tensor_value_info("xz", _TYPES[np.dtype(x_dtype)], []))
+    if w_zero is not None:
+        inits.append(numpy_helper.from_array(w_zero, "wz"))
+    if constant_w:
+        inits.append(numpy_helper.from_array(w, "w"))
+    else:
+        graph_inputs.append(helper.make_tensor_value_info("w", _TYPES[w.dtype], None))
+    node = helper.make_node("ConvInteger", inputs, ["y"], **attrs)
+    graph = helper.make_graph([node], "convinteger", graph_inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+
+
+def _conv_integer_case(seed, geometry, types, w_zero_kind, with_x_zero):
+    x_shape, w_shape, attrs = geometry
+    x_dtype, w_dtype = types
+    rng = np.random.default_rng(seed)
+    x, w = _ints(rng, x_dtype, x_shape), _ints(rng, w_dtype, w_shape)
+    w_zero = {"none": None,
+              "tensor": np.array(rng.integers(-5, 5) if w_dtype == np.int8 else rng.integers(100, 150), w_dtype),
+              "channel": _ints(rng, w_dtype, w_shape[0])}[w_zero_kind]
+    feeds = {"x": x}
+    if with_x_zero:
+        info = np.iinfo(x_dtype)
+        feeds["xz"] = np.array(rng.integers(info.min, info.max + 1), x_dtype)
+    models = {c: _conv_integer_model(x_dtype, w, w_zero, c, with_x_zero, **attrs) for c in (True, False)}
+    return models, feeds, w
+
+
+@needs_vnni
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "x".join(map(str, g[1])) + str(sorted(g[2])))
+@pytest.mark.parametrize("types", TYPE_PAIRS, ids=lambda t: f"{np.dtype(t[0])}-{np.dtype(t[1])}")
+@pytest.mark.parametrize("w_zero_kind,with_x_zero", [("tensor", True), ("channel", True), ("none", False)])
+def test_conv_integer_kernel_equals_the_exact_path(geometry, types, w_zero_kind, with_x_zero, integer_calls):
+    """ConvInteger with constant weights runs QLinearConv's integer kernels with their int32
+    output: the same int32 values as the float64 path a fed W takes (both exact), extreme
+    zero points included."""
+    models, feeds, w = _conv_integer_case(11, geometry, types, w_zero_kind, with_x_zero)
+    ours = _run(models[True], feeds)
+    assert integer_calls["gemm"] + integer_calls["depthwise"] == 1
+    exact = _run(models[False], {**feeds, "w": w})
+    assert ours.dtype == exact.dtype == np.int32
+    np.testing.assert_array_equal(ours, exact)
+
+
+@needs_vnni
+@pytest.mark.parametrize("geometry", GEOMETRIES[:6] + GEOMETRIES[12:], ids=lambda g: "x".join(map(str, g[1])) + str(sorted(g[2])))
+def test_conv_integer_kernel_against_onnxruntime(geometry):
+    ort = pytest.importorskip("onnxruntime")
+    models, feeds, _ = _conv_integer_case(5, geometry, (np.uint8, np.uint8), "tensor", True)
+    want = ort.InferenceSession(models[True].SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(_run(models[True], feeds), want)
+
+
+@needs_vnni
+def test_conv_integer_with_a_fed_weight_zero_point_takes_the_exact_path(integer_calls):
+    """A weight zero point fed at run time cannot be folded into prepared weights."""
+    rng = np.random.default_rng(2)
+    w = _ints(rng, np.uint8, (4, 3, 3, 3))
+    x = _ints(rng, np.uint8, (1, 3, 8, 8))
+    node = helper.make_node("ConvInteger", ["x", "w", "", "wz"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, None),
+                                            helper.make_tensor_value_info("wz", TensorProto.UINT8, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    y = _run(model, {"x": x, "wz": np.array(7, np.uint8)})
+    assert integer_calls["gemm"] + integer_calls["depthwise"] == 0
+    want = np.zeros((1, 4, 6, 6), np.int64)
+    for i in range(6):
+        for j in range(6):
+            patch = x[0, :, i:i + 3, j:j + 3].astype(np.int64)
+            want[0, :, i, j] = ((w.astype(np.int64) - 7) * patch).reshape(4, -1).sum(axis=1)
+    np.testing.assert_array_equal(y, want)

@@ -1,6 +1,6 @@
-"""CPU overrides of the library's convolutions (:mod:`onyxrt_ops.spatial`): Conv and
-ConvInteger, each subclassing the library's kernel (attributes parsed and checked once,
-there). ConvTranspose comes from the library: its matmul + strided scatter-add is this
+"""CPU overrides of the library's convolutions (:mod:`onyxrt_ops.spatial`): Conv,
+subclassing the library's kernel (attributes parsed and checked once, there; ConvInteger
+is in :mod:`.quantization`, beside QLinearConv whose integer kernels it shares). ConvTranspose comes from the library: its matmul + strided scatter-add is this
 module's former kernel written over the namespace, with its geometry cached per input
 shape (4x64x28x28 input, 4x4 stride 2: 3.48 ms before, 3.42 ms from the library;
 1x4x6x6, 3x3: 56 us before, 25 us).
@@ -16,9 +16,9 @@ vectorized multiply-adds (compiled where they can); 3x3 stride-1 float32 convs w
 groups run Winograd (``winograd``) when the compiled kernels are on.
 The library's portable Conv (taps stacked by ``xp.stack``, one matmul) is 3x slower on a
 1x16x8x8 input with 3x3 filters (85 vs 28 us) and 7x on 1x64x56x56 (17.8 vs 2.5 ms).
-ConvInteger keeps the library's zero-point handling and runs its float64 convolution
-here (2x64x28x28 uint8, 3x3: 1.86 ms; the library's 2.05 ms). float16/bfloat16 compute
-in float32.
+ConvInteger's fallback (no VNNI, a weight zero point fed at run time) runs its float64
+convolution through :func:`conv_forward` (2x64x28x28 uint8, 3x3: 1.86 ms; the library's
+2.05 ms). float16/bfloat16 compute in float32.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from . import registry, winograd
 from ._backend import BACKEND
 from ._spatial import Window, compute_dtype, flat_plan, lead_blocks, prod, scratch
 
-__all__ = ["Conv", "ConvInteger", "add_channel_bias", "conv_forward"]
+__all__ = ["Conv", "add_channel_bias", "conv_forward", "pack_conv_weight"]
 
 
 def _same_array(a: np.ndarray, b: np.ndarray | None) -> bool:
@@ -139,7 +139,7 @@ def _filters_times(
     return False
 
 
-def _pack_conv_weight(w: np.ndarray, group: int, dtype: np.dtype[Any]) -> np.ndarray:
+def pack_conv_weight(w: np.ndarray, group: int, dtype: np.dtype[Any]) -> np.ndarray:
     """(M, C/g, *K) → contiguous (g, M/g, C/g * prod(K)) in ``dtype``."""
     m = w.shape[0]
     if m % group:
@@ -435,7 +435,7 @@ class Conv(library.kernel("Conv", 22, BACKEND)):
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
-        self._w = _PrepackedWeight(info, self.group, _pack_conv_weight)
+        self._w = _PrepackedWeight(info, self.group, pack_conv_weight)
         # (packed weights, their Winograd transform), made on first use.
         self._winograd: tuple[np.ndarray, np.ndarray] | None = None
         wp = self._w.packed
@@ -482,13 +482,3 @@ def add_channel_bias(y: np.ndarray, b: np.ndarray) -> None:
         # positions (over (M, 1, 1) it would run over rows as short as 7 elements).
         rows = y.reshape(y.shape[0], m, -1)
         rows += b.reshape(m, 1)
-
-
-@registry.register("ConvInteger", since=10)
-class ConvInteger(library.kernel("ConvInteger", 10, BACKEND)):
-    """Integer convolution of (x - x_zero_point) and (w - w_zero_point) into int32: the
-    library's kernel, with its float64 convolution run by the CPU's im2col GEMM."""
-
-    def convolve(self, x, w):
-        k, s, d, win = self._geometry(x, w)
-        return conv_forward(x, _pack_conv_weight(w, self.group, np.dtype(np.float64)), k, s, d, win)
