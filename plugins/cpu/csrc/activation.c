@@ -200,7 +200,7 @@ py_gelu_tanh(PyObject *self, PyObject *args)
  * ThresholdedRelu on float32, each in one pass instead of numpy's three to five (each
  * with a temporary): the same operations in the same order (x * a + b, then the clamp;
  * NaN passes through as under numpy's maximum/minimum), p0 = alpha, p1 = beta. */
-enum { UNARY_LEAKY = 0, UNARY_HARD_SIGMOID = 1, UNARY_HARD_SWISH = 2, UNARY_THRESHOLDED = 3 };
+enum { UNARY_LEAKY = 0, UNARY_HARD_SIGMOID = 1, UNARY_HARD_SWISH = 2, UNARY_THRESHOLDED = 3, UNARY_CLIP = 4 };
 
 typedef struct {
     const float *x;
@@ -236,6 +236,15 @@ unary_range(void *ctx, idx begin, idx end)
             y[i] = x[i] * (lo > 1.0f ? 1.0f : lo);
         }
         break;
+    case UNARY_CLIP:
+        /* numpy's maximum(x, a) then minimum(., b): NaN passes, a > b gives b. Relu is
+         * the clip to [0, inf). (numpy's maximum against a scalar runs ~3.5x slower than
+         * this on a large array: [1, 96, 112, 112] 389 against ~110 us.) */
+        for (idx i = begin; i < end; i++) {
+            const float v = x[i] < a ? a : x[i];
+            y[i] = v > b ? b : v;
+        }
+        break;
     default: /* UNARY_THRESHOLDED */
         for (idx i = begin; i < end; i++) {
             y[i] = x[i] > a ? x[i] : 0.0f;
@@ -256,7 +265,7 @@ py_unary_activation(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOiff", &xo, &yo, &kind, &p0, &p1)) {
         return NULL;
     }
-    if (kind < UNARY_LEAKY || kind > UNARY_THRESHOLDED) {
+    if (kind < UNARY_LEAKY || kind > UNARY_CLIP) {
         PyErr_Format(PyExc_ValueError, "unary_activation: unknown kind %d", kind);
         return NULL;
     }

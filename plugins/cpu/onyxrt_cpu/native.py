@@ -223,13 +223,14 @@ def erf32(x: np.ndarray, coefficients: np.ndarray, clamp: float, t_scale: float)
 
 
 #: unary_activation's kinds (csrc/activation.c's UNARY_*).
-UNARY_KINDS = {"LeakyRelu": 0, "HardSigmoid": 1, "HardSwish": 2, "ThresholdedRelu": 3}
+UNARY_KINDS = {"LeakyRelu": 0, "HardSigmoid": 1, "HardSwish": 2, "ThresholdedRelu": 3, "Clip": 4}
 
 
 def unary_activation(x: np.ndarray, op: str, alpha: float = 0.0, beta: float = 0.0) -> np.ndarray | None:
-    """LeakyRelu, HardSigmoid, HardSwish or ThresholdedRelu (``op``) of a float32 array in
-    one pass, with the operator library's operations in its order (alpha, beta as float32);
-    ``None`` when ``x`` does not qualify or ``op`` is not one of those."""
+    """LeakyRelu, HardSigmoid, HardSwish, ThresholdedRelu or Clip (``op``) of a float32
+    array in one pass, with the operator library's operations in its order (alpha, beta as
+    float32; Clip's bounds, not NaN: maximum then minimum); ``None`` when ``x`` does not
+    qualify or ``op`` is not one of those."""
     kind = UNARY_KINDS.get(op)
     if kind is None or not _ready(x) or not hasattr(_native, "unary_activation"):
         return None

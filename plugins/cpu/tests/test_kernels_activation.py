@@ -316,3 +316,45 @@ def test_softmax_family_empty_input(op):
 def test_softmax_rejects_bad_axis():
     with pytest.raises(ValueError, match="axis"):
         ours("Softmax", [np.zeros((2, 3), np.float32)], 13, axis=2)
+
+
+@pytest.mark.parametrize("size", [4095, 4096, 100003])
+def test_clip_and_relu_on_large_float32_match_numpy_and_onnxruntime(size):
+    """Large float32 arrays take one compiled pass (numpy's maximum against a scalar is
+    slow there): the same values as maximum then minimum, NaN passed through, a lower
+    bound above the upper one giving the upper; a NaN bound and a strided view take the
+    library's path."""
+    from onyxrt_cpu import native
+    from onyxrt_cpu.kernels import activation
+
+    x = _randn((size,), seed=size) * 4
+    x[::97] = np.nan
+    x[1::89] = np.inf
+    x[2::83] = -np.inf
+    x[3::79] = -0.0
+    cases = [
+        (np.float32(-1.5), np.float32(2.0)), (np.float32(0.0), np.float32(6.0)),
+        (None, np.float32(0.5)), (np.float32(-0.25), None), (np.float32(3.0), np.float32(-1.0)),
+        (None, None), (np.float32(np.nan), np.float32(1.0)),
+    ]
+    for lo, hi in cases:
+        ins = [x, None if lo is None else np.array(lo), None if hi is None else np.array(hi)]
+        while ins[-1] is None:
+            ins.pop()
+        want = x
+        if lo is not None:
+            want = np.maximum(want, lo)
+        if hi is not None:
+            want = np.minimum(want, hi)
+        got = ours("Clip", ins, 13)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+        if lo is not None and hi is not None and not np.isnan(lo):
+            # (a missing bound: onnxruntime clamps infinities to the largest finite float,
+            # the spec's numeric_limits default, where onyxrt's library clips nothing; a NaN
+            # bound: onnxruntime ignores it, numpy's maximum spreads it — both as before)
+            np.testing.assert_array_equal(got, onnxrt("Clip", ins, 13))
+    np.testing.assert_array_equal(ours("Relu", [x], 14), np.maximum(x, np.float32(0)))
+    np.testing.assert_array_equal(ours("Relu", [x[::2]], 14), np.maximum(x[::2], np.float32(0)))
+    if native.ENABLED and size >= activation._COMPILED_CLIP_MIN:
+        assert activation._compiled_clip(x, 0.0, 6.0) is not None  # the compiled path ran

@@ -40,7 +40,7 @@ from . import registry
 from ._backend import BACKEND
 from ._special import erf_float32, gelu_float32_native
 
-__all__ = ["Gelu", "Softmax", "Sigmoid", "Tanh", "Relu", "Swish", "Hardmax"]
+__all__ = ["Gelu", "Softmax", "Sigmoid", "Tanh", "Relu", "Clip", "Swish", "Hardmax"]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -179,10 +179,24 @@ class Tanh(library.kernel("Tanh", 13, BACKEND)):
         return super().f(x) if y is None else y
 
 
+#: Elements from which a float32 Relu or Clip runs compiled: numpy's maximum against a
+#: scalar is ~3.5x slower than one compiled pass on large arrays ([1, 96, 112, 112]: 389
+#: against ~110 us), and as fast on small ones, where its call costs less.
+_COMPILED_CLIP_MIN = 4096
+
+
+def _compiled_clip(x: Any, lo: float, hi: float) -> np.ndarray | None:
+    """min(max(x, lo), hi) of a large C-contiguous float32 array, compiled; else None."""
+    if type(x) is not np.ndarray or x.dtype != np.float32 or x.size < _COMPILED_CLIP_MIN:
+        return None
+    return native.unary_activation(x, "Clip", lo, hi)
+
+
 @registry.register("Relu", since=(1, 6, 13, 14))
 class Relu(library.kernel("Relu", 14, BACKEND)):
     """Relu: for a float32/float64 input (known when built) ``np.maximum`` alone, without
-    the library's per-call type test (1.0 against 0.5 us for 64 floats)."""
+    the library's per-call type test (1.0 against 0.5 us for 64 floats); large float32
+    arrays in one compiled pass (:func:`_compiled_clip`)."""
 
     def __init__(self, info: KernelInfo) -> None:
         super().__init__(info)
@@ -191,8 +205,14 @@ class Relu(library.kernel("Relu", 14, BACKEND)):
         if dt is not None and dt in (np.float32, np.float64):
             zero = dt.type(0)
             maximum, ndarray, asarray = np.maximum, np.ndarray, np.asarray
+            compiled = _compiled_clip if dt == np.float32 else None
+            inf = float("inf")
 
             def compute(x: np.ndarray) -> tuple[np.ndarray]:
+                if compiled is not None:
+                    y = compiled(x, 0.0, inf)
+                    if y is not None:
+                        return (y,)
                 r = maximum(x, zero)
                 return (r if type(r) is ndarray else asarray(r),)
 
@@ -200,9 +220,36 @@ class Relu(library.kernel("Relu", 14, BACKEND)):
             if t is not None and t.shape:  # rank >= 1: the ufunc returns an array
 
                 def single_output(x: np.ndarray) -> np.ndarray:
+                    if compiled is not None:
+                        y = compiled(x, 0.0, inf)
+                        if y is not None:
+                            return y
                     return maximum(x, zero)  # type: ignore[no-any-return]
 
                 self.single_output = single_output
+
+
+@registry.register("Clip", since=(11, 12, 13))
+class Clip(library.kernel("Clip", 13, BACKEND)):
+    """The library's Clip; a large float32 input with number bounds (not NaN) in one
+    compiled pass (:func:`_compiled_clip`: MobileNetV2's ReLU6 on [1, 96, 112, 112]
+    1249 -> ~110 us, where a quantized model keeps it apart from its convolutions)."""
+
+    def compute(self, x, lo=None, hi=None):
+        if type(x) is np.ndarray and x.dtype == np.float32 and x.size >= _COMPILED_CLIP_MIN:
+            bounds = []
+            for bound, none in ((lo, float("-inf")), (hi, float("inf"))):
+                if bound is None:
+                    bounds.append(none)
+                elif isinstance(bound, np.ndarray) and bound.size == 1 and bound.dtype == np.float32:
+                    bounds.append(float(bound.reshape(())))
+                else:
+                    bounds.append(float("nan"))  # not a float32 number: the library checks it
+            if not any(b != b for b in bounds):
+                y = _compiled_clip(x, bounds[0], bounds[1])
+                if y is not None:
+                    return (y,)
+        return super().compute(x, lo, hi)
 
 
 @registry.register("Swish", since=24)
