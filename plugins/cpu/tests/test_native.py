@@ -73,7 +73,7 @@ def _both(numpy_only, fn):
 
 def _forward(x, w, group, kernel, strides, dilations, pads_begin, pads_end):
     win = window(x.shape[2:], kernel, strides, dilations, pads_begin, pads_end, "NOTSET")
-    wp = conv_kernels._pack_conv_weight(w, group, np.dtype(np.float32))
+    wp = conv_kernels.pack_conv_weight(w, group, np.dtype(np.float32))
     return conv_kernels.conv_forward(x, wp, kernel, strides, dilations, win)
 
 
@@ -195,7 +195,7 @@ def test_winograd_matches_im2col(winograd_everywhere, shape, pads):
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = (rng.standard_normal((m, c, 3, 3)) / 3).astype(np.float32)
     win = window((h, w), (3, 3), (1, 1), (1, 1), pb, pe, "NOTSET")
-    wp = conv_kernels._pack_conv_weight(wt, 1, np.dtype(np.float32))
+    wp = conv_kernels.pack_conv_weight(wt, 1, np.dtype(np.float32))
     assert winograd.applicable(x, wp, (3, 3), (1, 1), (1, 1))
     got, applied = winograd.convolve(x, winograd.transform_filters(wp), win.out_shape, pb)
     assert not applied  # nothing to finish was given

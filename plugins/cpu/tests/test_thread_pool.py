@@ -192,12 +192,12 @@ def test_winograd_transforms_split_equal_unsplit(pool):
     """The compiled input and output transforms give the same bits split as unsplit; the
     whole convolution (their GEMMs are OpenBLAS's) is right at any thread count."""
     from onyxrt_cpu.kernels import winograd
-    from onyxrt_cpu.kernels.conv import _pack_conv_weight
+    from onyxrt_cpu.kernels.conv import pack_conv_weight
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 64, 28, 28), dtype=np.float32)
     w = rng.standard_normal((64, 64, 3, 3), dtype=np.float32)
-    u = winograd.transform_filters(_pack_conv_weight(w, 1, np.dtype(np.float32)))
+    u = winograd.transform_filters(pack_conv_weight(w, 1, np.dtype(np.float32)))
     bias = rng.standard_normal(64, dtype=np.float32)
     geometry = native.window_geometry(x.shape, (3, 3), (28, 28), (1, 1), (1, 1), (1, 1))
     tiles = 14 * 14
