@@ -13,8 +13,9 @@ Families (``--families``, comma-separated; default all):
   ``/tmp/exports``; made by benchmarks/real_exports.py): resnet50, mobilenet_v2, bert, gpt2,
   vit at batch 1 (text models seq 128, int64 ids in [0, 1000), mask ones).
 * ``quantized`` (b): made from (a) with onnxruntime's quantization tools and cached in
-  ``DIR/quantized/``: dynamic int8 (``quantize_dynamic``, QInt8 weights) of bert, gpt2 and
-  vit; static QDQ int8 (``quantize_static`` after ``quant_pre_process``, 4 random calibration
+  ``DIR/quantized/``: dynamic int8 (``quantize_dynamic``, QInt8 weights) of bert, gpt2,
+  vit and mobilenet_v2 (and of mobilenet_v2 with QUInt8 weights: a CNN's convolutions
+  become ConvInteger); static QDQ int8 (``quantize_static`` after ``quant_pre_process``, 4 random calibration
   batches) of resnet50 and mobilenet_v2; 4-bit weights (``MatMulNBitsQuantizer``, block 32,
   symmetric) of bert and gpt2. A model a tool cannot make is reported as "could not be
   produced" and the others go on (GPT-2's export spells its linear layers as Gemm, which
@@ -315,8 +316,10 @@ def quantized_lines(quantized: list[dict[str, Any]], floats: dict[str, dict[str,
             why = "not measured" if ours is None else f"{source} (float32) not measured: add --families exports"
             lines.append(f"{row['model']}: {label} faster than float32: n/a ({why})")
         else:
+            theirs, their_base = row.get("ort_median_ms"), floats.get(source, {}).get("ort_median_ms")
+            context = f"; onnxruntime x{their_base / theirs:.2f}" if theirs and their_base else ""
             lines.append(f"{row['model']}: {label} faster than float32: {'yes' if ours < base else 'no'} "
-                         f"(onyxrt {ours:.1f} ms vs {source} {base:.1f} ms, x{base / ours:.2f})")
+                         f"(onyxrt {ours:.1f} ms vs {source} {base:.1f} ms, x{base / ours:.2f}{context})")
     return lines
 
 

@@ -439,6 +439,14 @@ def quantize_dynamic_int8(src: Path, dst: Path) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
 
 
+def quantize_dynamic_uint8(src: Path, dst: Path) -> None:
+    """``quantize_dynamic`` with QUInt8 weights (the type onnxruntime's ConvInteger kernel
+    is built for; with its default QInt8 a CNN's ConvIntegers take a much slower path)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QUInt8)
+
+
 def quantize_static_qdq(src: Path, dst: Path, batches: int = 4) -> None:
     """``quantize_static`` in QDQ format (default int8 types, MinMax calibration) with a few
     random calibration batches, after ``quant_pre_process`` as onnxruntime's docs advise."""
@@ -490,6 +498,10 @@ QUANTIZED: dict[str, tuple[str, Callable[[Path, Path], None], str]] = {
     "bert_int8_dynamic": ("bert", quantize_dynamic_int8, "int8"),
     "gpt2_int8_dynamic": ("gpt2", quantize_dynamic_int8, "int8"),
     "vit_int8_dynamic": ("vit", quantize_dynamic_int8, "int8"),
+    # a CNN through quantize_dynamic: every convolution a ConvInteger between
+    # DynamicQuantizeLinear and float scaling (slower than float32 in both runtimes)
+    "mobilenet_v2_int8_dynamic": ("mobilenet_v2", quantize_dynamic_int8, "int8"),
+    "mobilenet_v2_uint8_dynamic": ("mobilenet_v2", quantize_dynamic_uint8, "int8"),
     "resnet50_int8_qdq": ("resnet50", quantize_static_qdq, "int8"),
     "mobilenet_v2_int8_qdq": ("mobilenet_v2", quantize_static_qdq, "int8"),
     "bert_int4_matmulnbits": ("bert", quantize_matmul_4bits, "int4"),
