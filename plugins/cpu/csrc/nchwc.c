@@ -393,9 +393,8 @@ nchwc_conv(const float *x, int blocked, idx groups, const Geometry *g, const flo
     /* channel groups per pass (see conv_row_tiles): filters of at most CHUNK_FILTER_BYTES
      * a pass (at least one group) where the panel's exceed CHUNK_PANEL_BYTES; not with a
      * residual z that shares y's memory (y holds partial sums in between) */
-    const idx group_bytes = taps * cg * QUAD * (idx)sizeof(float);
-    const int z_in_y = z != NULL && z < y + g->n * ob * g->oh * g->ow * BLOCK &&
-                       y < z + g->n * ob * g->oh * g->ow * BLOCK;
+    const idx group_bytes = taps * cg * QUAD * (idx)sizeof(float), out = g->n * ob * g->oh * g->ow * BLOCK;
+    const int z_in_y = z != NULL && z < y + out && y < z + out;
     if (wide && !z_in_y && group_bytes * groups > CHUNK_PANEL_BYTES) {
         call.gchunk = CHUNK_FILTER_BYTES / group_bytes > 1 ? CHUNK_FILTER_BYTES / group_bytes : 1;
     }

@@ -500,6 +500,10 @@ class ConvInteger(library.kernel("ConvInteger", 10, BACKEND)):
         fed_zero_point = zero_point is None and info.has_input(_CI_W_ZP)
         self._filter = None if fed_zero_point else IntegerFilter.prepare(info.constant(_CI_W), zero_point, self.group)
         self._calls: dict[tuple[Any, ...], Any] = {}
+        if self._filter is not None:
+            # no requantization: a zero bias and unit scales fill the requantizing arguments
+            m = self._filter.zero_point.shape[0]
+            self._zeros, self._ones = np.zeros(m, np.int32), np.ones(m, _F64)
 
     def compute(self, x, w, x_zero_point=None, w_zero_point=None):
         if self._filter is not None:
@@ -528,23 +532,22 @@ class ConvInteger(library.kernel("ConvInteger", 10, BACKEND)):
                 self._calls[key] = call
         if call is False:
             return None
-        geometry, shape, zeros, ones = call
+        geometry, shape = call
         flip = x.dtype == np.uint8  # uint8 x is read as int8 x - 128
         zx = 0 if x_zero_point is None else int(x_zero_point.reshape(()))
         zb = zx - 128 if flip else zx
         y = np.empty(shape, np.int32)
         xc = np.ascontiguousarray(x)
-        # no requantization: unit scales and zero offsets fill the requantizing arguments
         if f.centered is not None:
-            native.qconv_depthwise(xc, f.centered, zeros, ones, y, geometry, flip, zb, 1.0, 0, 0, 0,
+            native.qconv_depthwise(xc, f.centered, self._zeros, self._ones, y, geometry, flip, zb, 1.0, 0, 0, 0,
                                    int32_out=True)
         else:
-            native.qconv(xc, f.a, f.rowsum, f.zero_point, zeros, ones, y, geometry, shape[1], self.group,
-                         flip, zb, 1.0, 0, 0, 0, int32_out=True)
+            native.qconv(xc, f.a, f.rowsum, f.zero_point, self._zeros, self._ones, y, geometry, shape[1],
+                         self.group, flip, zb, 1.0, 0, 0, 0, int32_out=True)
         return y
 
     def _prepare(self, x: np.ndarray) -> Any:
-        """(geometry, output shape, zero bias, unit scales) for ``x``'s shape, or ``False``."""
+        """(geometry, output shape) for ``x``'s shape, or ``False``."""
         f = self._filter
         assert f is not None
         m = f.zero_point.shape[0]
@@ -558,4 +561,4 @@ class ConvInteger(library.kernel("ConvInteger", 10, BACKEND)):
         if placed is None:
             return False
         geometry, out_shape = placed
-        return geometry, (x.shape[0], m, *out_shape), np.zeros(m, np.int32), np.ones(m, _F64)
+        return geometry, (x.shape[0], m, *out_shape)
