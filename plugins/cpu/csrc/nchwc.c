@@ -731,6 +731,58 @@ maxpool_rows(void *ctx, idx begin, idx end)
     }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX512_INTRINSICS 1
+
+/* maxpool_rows with AVX-512 intrinsics, for the same bits: a tap's max is vmaxps(v, best)
+ * (what `v > best ? v : best` means, -0/+0 included), its NaN test one compare into a
+ * mask register, and each window's taps inside the input found once per window instead
+ * of tested per tap. The generic vectors above compile the NaN test and the select to
+ * ~10 instructions a tap (ResNet-50's 3x3/2 pool over [1, 64, 112, 112]: 140 us, against
+ * onnxruntime's 44). */
+__attribute__((target("avx512f"))) static void
+maxpool_rows_avx512(void *ctx, idx begin, idx end)
+{
+    const PoolCall *pc = (const PoolCall *)ctx;
+    const Geometry *g = &pc->g;
+    const __m512 lowest = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN);
+    for (idx item = begin; item < end; item++) {
+        const idx oh = item % g->oh, nb = item / g->oh;
+        const float *xb = pc->x + nb * g->h * g->w * BLOCK;
+        float *yr = pc->y + (nb * g->oh + oh) * g->ow * BLOCK;
+        idx ky0 = 0, ky1 = g->kh;
+        while (ky0 < ky1 && oh * g->sh - g->ph + ky0 * g->dh < 0) {
+            ky0++;
+        }
+        while (ky1 > ky0 && oh * g->sh - g->ph + (ky1 - 1) * g->dh >= g->h) {
+            ky1--;
+        }
+        for (idx ow = 0; ow < g->ow; ow++) {
+            const idx iw0 = ow * g->sw - g->pw;
+            idx kx0 = 0, kx1 = g->kw;
+            while (kx0 < kx1 && iw0 + kx0 * g->dw < 0) {
+                kx0++;
+            }
+            while (kx1 > kx0 && iw0 + (kx1 - 1) * g->dw >= g->w) {
+                kx1--;
+            }
+            __m512 best = lowest;
+            __mmask16 nans = 0;
+            for (idx ky = ky0; ky < ky1; ky++) {
+                const float *xr = xb + ((oh * g->sh - g->ph + ky * g->dh) * g->w + iw0) * BLOCK;
+                for (idx kx = kx0; kx < kx1; kx++) {
+                    const __m512 v = _mm512_loadu_ps(xr + kx * g->dw * BLOCK);
+                    nans |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                    best = _mm512_max_ps(v, best);
+                }
+            }
+            _mm512_storeu_ps(yr + ow * BLOCK, _mm512_mask_mov_ps(best, nans, nan));
+        }
+    }
+}
+#endif
+
 /* --------------------------------------------------------------- global average pool */
 
 typedef struct {
@@ -819,6 +871,94 @@ from_blocked(void *ctx, idx begin, idx end)
         }
     }
 }
+
+#ifdef HAVE_AVX512_INTRINSICS
+/* Sixteen rows of 16 floats (row i at src + i * sstride; rows at or past `rows` read as
+ * zeros) transposed: output row j, column i = input row i, column j, rows [0, keep)
+ * stored at dst + j * dstride. Interleaves of pairs of floats, then of pairs of
+ * doubles, then two shuffles of 128-bit lanes. */
+__attribute__((target("avx512f"))) static inline void
+transpose16(const float *src, idx sstride, idx rows, float *dst, idx dstride, idx keep)
+{
+    __m512 r[16], a[16], b[16];
+    for (int i = 0; i < 16; i++) {
+        r[i] = i < rows ? _mm512_loadu_ps(src + i * sstride) : _mm512_setzero_ps();
+    }
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {
+        const __m512d a0 = _mm512_castps_pd(a[j]), a1 = _mm512_castps_pd(a[j + 1]);
+        const __m512d a2 = _mm512_castps_pd(a[j + 2]), a3 = _mm512_castps_pd(a[j + 3]);
+        /* b[j + m], 128-bit lane k: column 4k + m of rows j .. j + 3 */
+        b[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+        b[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+        b[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+        b[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+    }
+    for (int m = 0; m < 4; m++) {
+        const __m512 u01 = _mm512_shuffle_f32x4(b[m], b[4 + m], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512 u23 = _mm512_shuffle_f32x4(b[m], b[4 + m], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512 v01 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512 v23 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512 out[4] = {_mm512_shuffle_f32x4(u01, v01, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(u01, v01, _MM_SHUFFLE(3, 1, 3, 1)),
+                               _mm512_shuffle_f32x4(u23, v23, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(u23, v23, _MM_SHUFFLE(3, 1, 3, 1))};
+        for (int k = 0; k < 4; k++) {
+            if (4 * k + m < keep) {
+                _mm512_storeu_ps(dst + (4 * k + m) * dstride, out[k]);
+            }
+        }
+    }
+}
+
+/* to_blocked and from_blocked with whole 16 x 16 tiles transposed in registers (the
+ * scalar loops: [1, 64, 56, 56] 81-106 us in, [1, 256, 56, 56] 235-312 us out against
+ * onnxruntime's 27-33 and 85-100); a plane's last pixels (fewer than 16) as there. */
+__attribute__((target("avx512f"))) static void
+to_blocked_avx512(void *ctx, idx begin, idx end)
+{
+    const ReorderCall *r = (const ReorderCall *)ctx;
+    for (idx i = begin; i < end; i++) {
+        const idx n = i / r->blocks, b = i % r->blocks;
+        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
+        const float *s = r->src + (n * r->c + b * BLOCK) * r->plane;
+        float *d = r->dst + i * r->plane * BLOCK;
+        idx p0 = 0;
+        for (; p0 + BLOCK <= r->plane; p0 += BLOCK) {
+            transpose16(s + p0, r->plane, lanes, d + p0 * BLOCK, BLOCK, BLOCK);
+        }
+        for (idx p = p0; p < r->plane; p++) {
+            for (idx l = 0; l < BLOCK; l++) {
+                d[p * BLOCK + l] = l < lanes ? s[l * r->plane + p] : 0.0f;
+            }
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+from_blocked_avx512(void *ctx, idx begin, idx end)
+{
+    const ReorderCall *r = (const ReorderCall *)ctx;
+    for (idx i = begin; i < end; i++) {
+        const idx n = i / r->blocks, b = i % r->blocks;
+        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
+        const float *s = r->src + i * r->plane * BLOCK;
+        float *d = r->dst + (n * r->c + b * BLOCK) * r->plane;
+        idx p0 = 0;
+        for (; p0 + BLOCK <= r->plane; p0 += BLOCK) {
+            transpose16(s + p0 * BLOCK, BLOCK, BLOCK, d + p0, r->plane, lanes);
+        }
+        for (idx l = 0; l < lanes; l++) {
+            for (idx p = p0; p < r->plane; p++) {
+                d[l * r->plane + p] = s[p * BLOCK + l];
+            }
+        }
+    }
+}
+#endif
 
 /* ---------------------------------------------------------------- Python entry points */
 
@@ -942,7 +1082,13 @@ py_nchwc_reorder(PyObject *self, PyObject *args)
     }
     ReorderCall r = {(const float *)v[S].buf, (float *)v[D].buf, c, blocks, plane};
     Py_BEGIN_ALLOW_THREADS
-    parallel_for(to_nchwc ? to_blocked : from_blocked, &r, n * blocks,
+    RangeFn reorder = to_nchwc ? to_blocked : from_blocked;
+#ifdef HAVE_AVX512_INTRINSICS
+    if (cpu_has_avx512()) {
+        reorder = to_nchwc ? to_blocked_avx512 : from_blocked_avx512;
+    }
+#endif
+    parallel_for(reorder, &r, n * blocks,
                  1 + MIN_PARALLEL_FLOATS / (plane * BLOCK + 1));
     Py_END_ALLOW_THREADS
     release_all(v, VIEWS);
@@ -973,7 +1119,13 @@ py_nchwc_maxpool(PyObject *self, PyObject *args)
     pc.x = (const float *)v[X].buf;
     pc.y = (float *)v[Y].buf;
     Py_BEGIN_ALLOW_THREADS
-    parallel_for(maxpool_rows, &pc, g->n * g->c * g->oh,
+    RangeFn rows = maxpool_rows;
+#ifdef HAVE_AVX512_INTRINSICS
+    if (cpu_has_avx512()) {
+        rows = maxpool_rows_avx512;
+    }
+#endif
+    parallel_for(rows, &pc, g->n * g->c * g->oh,
                  1 + MIN_PARALLEL_FLOATS / (g->ow * BLOCK * g->kh * g->kw + 1));
     Py_END_ALLOW_THREADS
     release_all(v, VIEWS);

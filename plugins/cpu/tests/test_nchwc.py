@@ -220,7 +220,9 @@ def test_nchwc_kernels_are_offered_only_with_avx512_unless_forced(setting, avx51
     assert native._nchwc_enabled(avx512) is offered
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 21, 5, 6), (1, 32, 7, 7), (3, 16, 1, 9), (0, 4, 2, 2)])
+# planes of whole 16-pixel tiles, of tiles and a remainder, and shorter than one tile
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 21, 5, 6), (1, 32, 7, 7), (3, 16, 1, 9), (0, 4, 2, 2),
+                                   (1, 40, 16, 16), (2, 64, 13, 11)])
 def test_reorders_round_trip_and_pad_with_zeros(shape):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     blocked = native.to_nchwc(x)
@@ -287,9 +289,11 @@ def test_maxpool_matches_the_nchw_kernel(attrs):
     x = np.random.default_rng(3).standard_normal((2, 40, 13, 11)).astype(np.float32)
     x[0, 3, 4, 4] = np.nan
     x[1, 17, :, :] = -np.inf
+    x[0, 7] = np.random.default_rng(4).choice([0.0, -0.0], size=(13, 11))  # which zero wins
     expected = MaxPool(KernelInfo("p", "MaxPool", attributes=attrs, output_names=("y",))).compute(x)[0]
     got = NchwcMaxPool(KernelInfo("p", "NchwcMaxPool", attributes=attrs)).compute(native.to_nchwc(x))[0]
-    np.testing.assert_array_equal(native.from_nchwc(got, 40), expected)
+    # the same bits (-0.0 and +0.0 apart; the AVX-512 and generic paths alike)
+    np.testing.assert_array_equal(native.from_nchwc(got, 40).view(np.int32), expected.view(np.int32))
     assert np.isnan(expected[0, 3]).any()
 
 
