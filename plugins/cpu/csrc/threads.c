@@ -445,31 +445,44 @@ parallel_range(idx part, idx parts, idx items, idx *begin, idx *end)
     *end = items * (part + 1) / parts;
 }
 
-/* A range call shared out in `chunks` consecutive ranges, taken one at a time by
- * whoever runs a piece: a thread that starts late or runs slow (another job on its core)
- * takes fewer, and the caller alone takes all of them when no worker starts. */
+/* A range call shared out in `chunks` consecutive ranges. Piece p owns the p-th run of
+ * consecutive chunks and takes them in order; when its own are gone it takes the others'
+ * next ones: a thread that starts late or runs slow (another job on its core) takes
+ * fewer, and the caller alone takes all of them when no worker starts. Owning a run keeps
+ * a thread on the same region call after call (a layer's output rows are the next
+ * layer's input rows), so what one layer wrote is mostly still in the cache of the core
+ * that reads it. */
+typedef struct {
+    idx next; /* the run's next chunk to take */
+    char pad[64 - sizeof(idx)];
+} RunCursor;
+
 typedef struct {
     RangeFn fn;
     void *ctx;
-    idx items, chunks;
-    idx next; /* the next chunk to take */
+    idx items, chunks, parts;
+    RunCursor run[MAX_WORKERS + 1];
 } RangeCall;
 
 static void
 range_part(void *ctx, idx part, idx parts)
 {
-    (void)part;
-    (void)parts;
     RangeCall *call = (RangeCall *)ctx;
-    for (;;) {
-        const idx chunk = __atomic_fetch_add(&call->next, 1, __ATOMIC_RELAXED);
-        if (chunk >= call->chunks) {
-            return;
-        }
-        idx begin, end;
-        parallel_range(chunk, call->chunks, call->items, &begin, &end);
-        if (begin < end) {
-            call->fn(call->ctx, begin, end);
+    for (idx k = 0; k < parts; k++) {
+        const idx owner = (part + k) % parts;
+        idx first, last;
+        parallel_range(owner, parts, call->chunks, &first, &last);
+        (void)first;
+        for (;;) {
+            const idx chunk = __atomic_fetch_add(&call->run[owner].next, 1, __ATOMIC_RELAXED);
+            if (chunk >= last) {
+                break;
+            }
+            idx begin, end;
+            parallel_range(chunk, call->chunks, call->items, &begin, &end);
+            if (begin < end) {
+                call->fn(call->ctx, begin, end);
+            }
         }
     }
 }
@@ -489,7 +502,16 @@ parallel_for_chunked(RangeFn fn, void *ctx, idx items, idx min_items, idx per_th
         chunks = parts * per_thread < most ? parts * per_thread : most;
         chunks = chunks < parts ? parts : chunks;
     }
-    RangeCall call = {fn, ctx, items, chunks, 0};
+    RangeCall call;
+    call.fn = fn;
+    call.ctx = ctx;
+    call.items = items;
+    call.chunks = chunks;
+    call.parts = parts;
+    for (idx p = 0; p < parts; p++) {
+        idx last;
+        parallel_range(p, parts, chunks, &call.run[p].next, &last);
+    }
     parallel_run(range_part, &call, parts);
 }
 
