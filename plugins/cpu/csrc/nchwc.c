@@ -499,6 +499,11 @@ nchwc_conv(const float *x, int blocked, idx groups, const Geometry *g, const flo
      * even as that allows */
     const idx plane = g->oh * g->ow, runs = (plane + 71) / 72;
     call.row_pixels = ((plane + runs - 1) / runs + 23) / 24 * 24;
+    /* A small layer with few items (MobileNetV2's 1x1 layers at 7 x 7: 3 to 5 panels of
+     * one row) left one thread idle for a third of it: rows of 24 pixels there. */
+    if (g->n * panels * ((plane + call.row_pixels - 1) / call.row_pixels) < 16) {
+        call.row_pixels = 24;
+    }
     call.rows = (plane + call.row_pixels - 1) / call.row_pixels;
     const idx row_flops = 2 * call.row_pixels * QUAD * taps * groups * cg;
     /* chunks of about one work row: a row costs ~25 us at 64 channels, and in chunks of
