@@ -834,53 +834,75 @@ typedef struct {
     idx c, blocks, plane;
 } ReorderCall;
 
-/* NCHW -> NCHWc, one item per (image, block): lanes past C are zero. */
-static void
-to_blocked(void *ctx, idx begin, idx end)
+/* Item i of a reorder, one (image, block): the lanes it holds (16 but in a last block of
+ * fewer channels), and where its channels start in the NCHW tensor and its block in the
+ * blocked one. */
+static inline idx
+reorder_item(const ReorderCall *r, idx i, idx *plain, idx *blocked)
 {
-    const ReorderCall *r = (const ReorderCall *)ctx;
-    for (idx i = begin; i < end; i++) {
-        const idx n = i / r->blocks, b = i % r->blocks;
-        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
-        const float *s = r->src + (n * r->c + b * BLOCK) * r->plane;
-        float *d = r->dst + i * r->plane * BLOCK;
-        for (idx p0 = 0; p0 < r->plane; p0 += BLOCK) {
-            const idx pe = r->plane - p0 < BLOCK ? r->plane - p0 : BLOCK;
-            for (idx l = 0; l < BLOCK; l++) {
-                const float *sl = s + l * r->plane + p0;
-                for (idx p = 0; p < pe; p++) {
-                    d[(p0 + p) * BLOCK + l] = l < lanes ? sl[p] : 0.0f;
-                }
+    const idx n = i / r->blocks, b = i % r->blocks;
+    *plain = (n * r->c + b * BLOCK) * r->plane;
+    *blocked = i * r->plane * BLOCK;
+    return r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
+}
+
+/* NCHW -> NCHWc, pixels [first, plane) of item i: lanes past C are zero. */
+static inline void
+to_blocked_from(const ReorderCall *r, idx i, idx first)
+{
+    idx plain, blocked;
+    const idx lanes = reorder_item(r, i, &plain, &blocked);
+    const float *s = r->src + plain;
+    float *d = r->dst + blocked;
+    for (idx p0 = first; p0 < r->plane; p0 += BLOCK) {
+        const idx pe = r->plane - p0 < BLOCK ? r->plane - p0 : BLOCK;
+        for (idx l = 0; l < BLOCK; l++) {
+            const float *sl = s + l * r->plane + p0;
+            for (idx p = 0; p < pe; p++) {
+                d[(p0 + p) * BLOCK + l] = l < lanes ? sl[p] : 0.0f;
             }
         }
     }
 }
 
-/* NCHWc -> NCHW, one item per (image, block): lanes past C dropped. Sixteen pixels at a
- * time: their 16 x 16 floats read once, contiguously, then written as 16 runs of 16, one
- * per channel (reading each channel's lane across the whole plane, 64 bytes apart, took
- * every cache line of the block once per channel: 95 us for [1, 32, 112, 112],
+/* NCHWc -> NCHW, pixels [first, plane) of item i: lanes past C dropped. Sixteen pixels at
+ * a time: their 16 x 16 floats read once, contiguously, then written as 16 runs of 16,
+ * one per channel (reading each channel's lane across the whole plane, 64 bytes apart,
+ * took every cache line of the block once per channel: 95 us for [1, 32, 112, 112],
  * onnxruntime 23). */
+static inline void
+from_blocked_from(const ReorderCall *r, idx i, idx first)
+{
+    float tile[BLOCK * BLOCK];
+    idx plain, blocked;
+    const idx lanes = reorder_item(r, i, &plain, &blocked);
+    const float *s = r->src + blocked;
+    float *d = r->dst + plain;
+    for (idx p0 = first; p0 < r->plane; p0 += BLOCK) {
+        const idx pe = r->plane - p0 < BLOCK ? r->plane - p0 : BLOCK;
+        memcpy(tile, s + p0 * BLOCK, sizeof(float) * (size_t)(pe * BLOCK));
+        for (idx l = 0; l < lanes; l++) {
+            float *dl = d + l * r->plane + p0;
+            for (idx p = 0; p < pe; p++) {
+                dl[p] = tile[p * BLOCK + l];
+            }
+        }
+    }
+}
+
+static void
+to_blocked(void *ctx, idx begin, idx end)
+{
+    for (idx i = begin; i < end; i++) {
+        to_blocked_from((const ReorderCall *)ctx, i, 0);
+    }
+}
+
 static void
 from_blocked(void *ctx, idx begin, idx end)
 {
-    const ReorderCall *r = (const ReorderCall *)ctx;
-    float tile[BLOCK * BLOCK];
     for (idx i = begin; i < end; i++) {
-        const idx n = i / r->blocks, b = i % r->blocks;
-        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
-        const float *s = r->src + i * r->plane * BLOCK;
-        float *d = r->dst + (n * r->c + b * BLOCK) * r->plane;
-        for (idx p0 = 0; p0 < r->plane; p0 += BLOCK) {
-            const idx pe = r->plane - p0 < BLOCK ? r->plane - p0 : BLOCK;
-            memcpy(tile, s + p0 * BLOCK, sizeof(float) * (size_t)(pe * BLOCK));
-            for (idx l = 0; l < lanes; l++) {
-                float *dl = d + l * r->plane + p0;
-                for (idx p = 0; p < pe; p++) {
-                    dl[p] = tile[p * BLOCK + l];
-                }
-            }
-        }
+        from_blocked_from((const ReorderCall *)ctx, i, 0);
     }
 }
 
@@ -929,46 +951,37 @@ transpose16(const float *src, idx sstride, idx rows, float *dst, idx dstride, id
 /* to_blocked and from_blocked with whole 16 x 16 tiles transposed in registers (the
  * scalar loops: [1, 64, 56, 56] 81-106 us in, [1, 256, 56, 56] 235-312 us out against
  * onnxruntime's 27-33 and 85-100); a plane's last pixels (fewer than 16) as there. */
-__attribute__((target("avx512f"))) static void
-to_blocked_avx512(void *ctx, idx begin, idx end)
+__attribute__((target("avx512f"))) static inline void
+reorder_avx512(const ReorderCall *r, idx begin, idx end, int to_nchwc)
 {
-    const ReorderCall *r = (const ReorderCall *)ctx;
     for (idx i = begin; i < end; i++) {
-        const idx n = i / r->blocks, b = i % r->blocks;
-        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
-        const float *s = r->src + (n * r->c + b * BLOCK) * r->plane;
-        float *d = r->dst + i * r->plane * BLOCK;
-        idx p0 = 0;
+        idx plain, blocked, p0 = 0;
+        const idx lanes = reorder_item(r, i, &plain, &blocked);
         for (; p0 + BLOCK <= r->plane; p0 += BLOCK) {
-            transpose16(s + p0, r->plane, lanes, d + p0 * BLOCK, BLOCK, BLOCK);
-        }
-        for (idx p = p0; p < r->plane; p++) {
-            for (idx l = 0; l < BLOCK; l++) {
-                d[p * BLOCK + l] = l < lanes ? s[l * r->plane + p] : 0.0f;
+            if (to_nchwc) {
+                transpose16(r->src + plain + p0, r->plane, lanes, r->dst + blocked + p0 * BLOCK, BLOCK, BLOCK);
+            } else {
+                transpose16(r->src + blocked + p0 * BLOCK, BLOCK, BLOCK, r->dst + plain + p0, r->plane, lanes);
             }
+        }
+        if (to_nchwc) {
+            to_blocked_from(r, i, p0);
+        } else {
+            from_blocked_from(r, i, p0);
         }
     }
 }
 
 __attribute__((target("avx512f"))) static void
+to_blocked_avx512(void *ctx, idx begin, idx end)
+{
+    reorder_avx512((const ReorderCall *)ctx, begin, end, 1);
+}
+
+__attribute__((target("avx512f"))) static void
 from_blocked_avx512(void *ctx, idx begin, idx end)
 {
-    const ReorderCall *r = (const ReorderCall *)ctx;
-    for (idx i = begin; i < end; i++) {
-        const idx n = i / r->blocks, b = i % r->blocks;
-        const idx lanes = r->c - b * BLOCK < BLOCK ? r->c - b * BLOCK : BLOCK;
-        const float *s = r->src + i * r->plane * BLOCK;
-        float *d = r->dst + (n * r->c + b * BLOCK) * r->plane;
-        idx p0 = 0;
-        for (; p0 + BLOCK <= r->plane; p0 += BLOCK) {
-            transpose16(s + p0 * BLOCK, BLOCK, BLOCK, d + p0, r->plane, lanes);
-        }
-        for (idx l = 0; l < lanes; l++) {
-            for (idx p = p0; p < r->plane; p++) {
-                d[l * r->plane + p] = s[p * BLOCK + l];
-            }
-        }
-    }
+    reorder_avx512((const ReorderCall *)ctx, begin, end, 0);
 }
 #endif
 
