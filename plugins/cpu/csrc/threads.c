@@ -460,8 +460,8 @@ typedef struct {
 typedef struct {
     RangeFn fn;
     void *ctx;
-    idx items, chunks, parts;
-    RunCursor run[MAX_WORKERS + 1];
+    idx items, chunks;
+    RunCursor run[MAX_WORKERS + 1]; /* one per piece; run p: parallel_range(p, parts, chunks) */
 } RangeCall;
 
 static void
@@ -470,9 +470,7 @@ range_part(void *ctx, idx part, idx parts)
     RangeCall *call = (RangeCall *)ctx;
     for (idx k = 0; k < parts; k++) {
         const idx owner = (part + k) % parts;
-        idx first, last;
-        parallel_range(owner, parts, call->chunks, &first, &last);
-        (void)first;
+        const idx last = call->chunks * (owner + 1) / parts; /* the end of owner's run */
         for (;;) {
             const idx chunk = __atomic_fetch_add(&call->run[owner].next, 1, __ATOMIC_RELAXED);
             if (chunk >= last) {
@@ -507,7 +505,6 @@ parallel_for_chunked(RangeFn fn, void *ctx, idx items, idx min_items, idx per_th
     call.ctx = ctx;
     call.items = items;
     call.chunks = chunks;
-    call.parts = parts;
     for (idx p = 0; p < parts; p++) {
         idx last;
         parallel_range(p, parts, chunks, &call.run[p].next, &last);
