@@ -31,6 +31,13 @@
 
 #include "vec16.h"
 
+/* The max pool and the reorders also have AVX-512 versions written with intrinsics
+ * (target attributes, chosen at the call by cpu_has_avx512()). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX512_INTRINSICS 1
+#endif
+
 #define BLOCK 16
 #define QUAD 64        /* output channels per packed filter panel: four blocks */
 #define QUAD_BLOCKS 4
@@ -333,7 +340,7 @@ conv_row_tiles(const ConvCall *c, idx n, idx quad, idx first, idx r, int cg, int
         for (idx i0 = start; i0 < start + width; i0 += pixels) {
             const idx count = start + width - i0 < pixels ? start + width - i0 : pixels;
             /* a row's last tile of 1-3 pixels (7 x 7 planes: 49 = 8 x 6 + 1) as a
-             * narrower tile: the 6 x 4 one computed six pixels for one (~9% of those
+             * narrower tile: a 6-pixel one computed six pixels for one (~9% of those
              * layers' work) */
             if (pixels == 6 && count == 1) {
                 conv_one_tile(c, n, block0, plane, i0, count, w, g0, g1, cg, 1, blocks);
@@ -743,9 +750,23 @@ maxpool_rows(void *ctx, idx begin, idx end)
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_AVX512_INTRINSICS 1
+#ifdef HAVE_AVX512_INTRINSICS
+/* Taps [lo, hi) of `taps` (dilation `dil`) from input position `origin` that fall inside
+ * [0, size): a window's taps over the padding are skipped as a range, not tested one by
+ * one. */
+static inline void
+taps_inside(idx origin, idx dil, idx taps, idx size, idx *lo, idx *hi)
+{
+    idx a = 0, b = taps;
+    while (a < b && origin + a * dil < 0) {
+        a++;
+    }
+    while (b > a && origin + (b - 1) * dil >= size) {
+        b--;
+    }
+    *lo = a;
+    *hi = b;
+}
 
 /* maxpool_rows with AVX-512 intrinsics, for the same bits: a tap's max is vmaxps(v, best)
  * (what `v > best ? v : best` means, -0/+0 included), its NaN test one compare into a
@@ -763,22 +784,12 @@ maxpool_rows_avx512(void *ctx, idx begin, idx end)
         const idx oh = item % g->oh, nb = item / g->oh;
         const float *xb = pc->x + nb * g->h * g->w * BLOCK;
         float *yr = pc->y + (nb * g->oh + oh) * g->ow * BLOCK;
-        idx ky0 = 0, ky1 = g->kh;
-        while (ky0 < ky1 && oh * g->sh - g->ph + ky0 * g->dh < 0) {
-            ky0++;
-        }
-        while (ky1 > ky0 && oh * g->sh - g->ph + (ky1 - 1) * g->dh >= g->h) {
-            ky1--;
-        }
+        idx ky0, ky1;
+        taps_inside(oh * g->sh - g->ph, g->dh, g->kh, g->h, &ky0, &ky1);
         for (idx ow = 0; ow < g->ow; ow++) {
             const idx iw0 = ow * g->sw - g->pw;
-            idx kx0 = 0, kx1 = g->kw;
-            while (kx0 < kx1 && iw0 + kx0 * g->dw < 0) {
-                kx0++;
-            }
-            while (kx1 > kx0 && iw0 + (kx1 - 1) * g->dw >= g->w) {
-                kx1--;
-            }
+            idx kx0, kx1;
+            taps_inside(iw0, g->dw, g->kw, g->w, &kx0, &kx1);
             __m512 best = lowest;
             __mmask16 nans = 0;
             for (idx ky = ky0; ky < ky1; ky++) {
